@@ -1,0 +1,43 @@
+"""Registry of algorithms: name -> ``make_algorithm(run, env, env_params, spec)``.
+
+``make_train(run)`` is the public entry point: it returns ``train(key, hparams=None)``, the whole run
+as one function for ``jax.jit`` (and ``jax.vmap`` over keys/hyperparameters).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+from purejaxrl_opt import envs
+from purejaxrl_opt.algos.base import Algorithm, TrainOutput, make_train as _make_train
+from purejaxrl_opt.config import RunConfig
+
+# module path per algorithm name; each module defines make_algorithm(run, env, env_params, spec)
+REGISTRY: dict[str, str] = {
+    "ppo": "purejaxrl_opt.algos.ppo",
+    "trpo": "purejaxrl_opt.algos.trpo",
+    "grpo": "purejaxrl_opt.algos.grpo",
+}
+
+
+def make_env(run: RunConfig):
+    """``(env, env_params, spec)`` for the run's env config."""
+    return envs.make(run.env.id, dict(run.env.params))
+
+
+def make_algorithm(run: RunConfig, env: tuple | None = None) -> Algorithm:
+    """Build the :class:`Algorithm` for ``run``; ``env`` is an optional ``(env, env_params, spec)``."""
+    if run.algo.name not in REGISTRY:
+        raise ValueError(f"unknown algo '{run.algo.name}'; registered: {sorted(REGISTRY)}")
+    env, env_params, spec = env if env is not None else make_env(run)
+    module = importlib.import_module(REGISTRY[run.algo.name])
+    return module.make_algorithm(run, env, env_params, spec)
+
+
+def make_train(run: RunConfig, env: tuple | None = None) -> Callable[..., TrainOutput]:
+    """``train(key, hparams=None) -> TrainOutput`` for ``run``: ``jax.jit(make_train(run))(key)``."""
+    return _make_train(make_algorithm(run, env))
+
+
+__all__: list[Any] = ["REGISTRY", "make_algorithm", "make_env", "make_train", "TrainOutput", "Algorithm"]

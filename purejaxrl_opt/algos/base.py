@@ -1,0 +1,125 @@
+"""What every algorithm shares: the training loop around its ``init``/``update`` and the final evaluation.
+
+An algorithm is an :class:`Algorithm`: pure functions closed over a static config and env. This module
+turns it into
+
+* ``train(key, hparams=None) -> TrainOutput`` — the whole run as one traceable function
+  (``jax.jit(train)(key)``; ``jax.vmap`` over keys and/or hyperparameters for seeds and sweeps);
+* the same run in pieces — :func:`init_loop`, :func:`run_updates` (a dynamic number of updates, so
+  one compile serves any chunk size) and :func:`evaluate_loop` — used by the runner for progress and
+  checkpoints. ``train`` is exactly their composition.
+
+Per-update metrics are written into a preallocated ``[num_updates]`` buffer in the loop state, so the
+state alone is a complete checkpoint and no metrics leave the device until the caller asks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from purejaxrl_opt import rollout
+from purejaxrl_opt.config import RunConfig, hyperparameters
+from purejaxrl_opt.distributions import Distribution
+from purejaxrl_opt.envs import EnvSpec
+
+Hyperparameters = dict[str, jnp.ndarray]
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """The parts that make one algorithm different; everything else lives here and in rollout.py.
+
+    * ``init(key, hparams) -> state``
+    * ``update(state, hparams, update_idx) -> (state, metrics)``; ``metrics`` holds scalars for every
+      name in ``metric_names`` plus ``env_steps`` (env steps consumed by this update).
+    * ``policy(state) -> (actor_params, obs_norm_state_or_None)`` for evaluation.
+    """
+
+    run: RunConfig
+    env: Any
+    env_params: Any
+    spec: EnvSpec
+    dist: Distribution
+    actor_fn: Callable
+    init: Callable[[jax.Array, Hyperparameters], Any]
+    update: Callable[[Any, Hyperparameters, jnp.ndarray], tuple[Any, dict]]
+    policy: Callable[[Any], tuple[Any, Any]]
+    metric_names: tuple[str, ...]
+    num_updates: int
+    param_fn: Callable[[Any], Any]  # state -> every trained parameter (for num_params, checkpoints)
+
+    def default_hparams(self) -> Hyperparameters:
+        return hyperparameters(self.run.algo)
+
+
+@struct.dataclass
+class Loop:
+    """Complete training state of one agent: a checkpoint of it is enough to resume bitwise."""
+
+    algo_state: Any
+    hparams: Hyperparameters
+    update_idx: jnp.ndarray  # int32 scalar: updates done
+    env_steps: jnp.ndarray  # float32 scalar: env steps consumed so far (exact below 2^24 per update)
+    eval_key: jax.Array
+    metrics: dict  # name -> [num_updates] float32, row i written by update i
+
+
+class TrainOutput(NamedTuple):
+    loop: Loop
+    metrics: dict  # name -> [num_updates]
+    eval_returns: jnp.ndarray  # [eval_episodes]
+
+
+def init_loop(algo: Algorithm, key: jax.Array, hparams: Hyperparameters | None = None) -> Loop:
+    hparams = algo.default_hparams() if hparams is None else hparams
+    init_key, eval_key = jax.random.split(key)
+    names = ("env_steps",) + algo.metric_names
+    metrics = {n: jnp.full((algo.num_updates,), jnp.nan, jnp.float32) for n in names}
+    return Loop(algo.init(init_key, hparams), hparams, jnp.zeros((), jnp.int32),
+                jnp.zeros((), jnp.float32), eval_key, metrics)
+
+
+def run_updates(algo: Algorithm, loop: Loop, num: jnp.ndarray | int) -> Loop:
+    """Run ``num`` more updates (clamped to the total); ``num`` may be traced."""
+    stop = jnp.minimum(loop.update_idx + num, algo.num_updates)
+
+    def _update_step(_, loop: Loop) -> Loop:
+        state, step_metrics = algo.update(loop.algo_state, loop.hparams, loop.update_idx)
+        env_steps = loop.env_steps + step_metrics.pop("env_steps")
+        step_metrics["env_steps"] = env_steps
+        metrics = {n: loop.metrics[n].at[loop.update_idx].set(step_metrics[n].astype(jnp.float32))
+                   for n in loop.metrics}
+        return loop.replace(algo_state=state, update_idx=loop.update_idx + 1, env_steps=env_steps,
+                            metrics=metrics)
+
+    return jax.lax.fori_loop(loop.update_idx, stop, _update_step, loop)
+
+
+def evaluate_loop(algo: Algorithm, loop: Loop) -> jnp.ndarray:
+    """Returns ``[eval_episodes]`` of the current policy (deterministic by default), inside jit."""
+    actor_params, obs_norm = algo.policy(loop.algo_state)
+    run = algo.run
+    return rollout.evaluate(algo.env, algo.env_params, algo.spec, algo.dist, algo.actor_fn,
+                            actor_params, obs_norm, loop.eval_key, run.eval_episodes,
+                            run.eval_deterministic, run.env.clip_actions)
+
+
+def make_train(algo: Algorithm) -> Callable[..., TrainOutput]:
+    """``train(key, hparams=None)``: init, all updates, final evaluation — one traceable function."""
+
+    def train(key: jax.Array, hparams: Hyperparameters | None = None) -> TrainOutput:
+        loop = init_loop(algo, key, hparams)
+        loop = run_updates(algo, loop, algo.num_updates)
+        return TrainOutput(loop, loop.metrics, evaluate_loop(algo, loop))
+
+    return train
+
+
+def minibatch_indices(key: jax.Array, batch_size: int, num_minibatches: int) -> jnp.ndarray:
+    """A fresh shuffle of ``batch_size`` indices split into ``[num_minibatches, batch_size // M]``."""
+    return jax.random.permutation(key, batch_size).reshape(num_minibatches, -1)

@@ -1,0 +1,135 @@
+"""PPO (Schulman et al. 2017): clipped surrogate, GAE critic, minibatched Adam epochs.
+
+Only what is PPO lives here; rollout, GAE, networks, the loop and evaluation are shared.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from purejaxrl_opt import envs, losses, rollout
+from purejaxrl_opt.algos.base import Algorithm, minibatch_indices
+from purejaxrl_opt.config import PPOConfig, RunConfig
+from purejaxrl_opt.distributions import for_spec
+from purejaxrl_opt.networks import Actor, Critic
+
+METRICS = ("return_mean", "episode_length", "episodes", "policy_loss", "value_loss", "entropy",
+           "approx_kl", "clip_frac", "learning_rate")
+
+
+@struct.dataclass
+class PPOState:
+    params: dict  # {"actor": ..., "critic": ...}
+    opt_state: Any
+    env: rollout.EnvCarry
+    obs_norm: envs.ObsNormState | None
+    key: jax.Array
+
+
+class Minibatch(struct.PyTreeNode):
+    obs: jnp.ndarray  # normalised, [B, *obs_shape]
+    action: jnp.ndarray
+    log_prob_old: jnp.ndarray  # [B]
+    value_old: jnp.ndarray  # [B]
+    advantages: jnp.ndarray  # [B]
+    returns: jnp.ndarray  # [B]
+
+
+def adam(hparams, learning_rate) -> optax.GradientTransformation:
+    """Adam with global-norm clipping; the rate is applied outside so it can be annealed or traced."""
+    return optax.chain(optax.clip_by_global_norm(hparams["max_grad_norm"]),
+                       optax.scale_by_adam(eps=1e-5), optax.scale(-learning_rate))
+
+
+def annealed(lr, update_idx, num_updates: int, anneal: bool):
+    return lr * (1.0 - update_idx / num_updates) if anneal else lr
+
+
+def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
+    cfg: PPOConfig = run.algo
+    dist = for_spec(spec.discrete)
+    actor, critic = Actor(spec, run.network), Critic(spec, run.network)
+    num_updates = run.num_updates
+    batch_size = cfg.num_envs * cfg.num_steps
+
+    def init(key, hparams):
+        actor_key, critic_key, env_key, key = jax.random.split(key, 4)
+        dummy = jnp.zeros((1,) + spec.obs_shape, jnp.float32)
+        params = {"actor": actor.init(actor_key, dummy), "critic": critic.init(critic_key, dummy)}
+        opt_state = adam(hparams, hparams["lr"]).init(params)
+        obs_norm = envs.obs_norm_init(spec.obs_shape) if run.env.normalize_obs else None
+        return PPOState(params, opt_state, rollout.reset_carry(env, env_params, env_key, cfg.num_envs),
+                        obs_norm, key)
+
+    def loss_fn(params, mb: Minibatch, hparams):
+        dist_params = actor.apply(params["actor"], mb.obs)
+        log_prob = dist.log_prob(dist_params, mb.action)
+        advantages = losses.normalize(mb.advantages) if cfg.normalize_advantages else mb.advantages
+        policy_loss = -losses.clipped_surrogate(log_prob, mb.log_prob_old, advantages,
+                                                hparams["clip_eps"]).mean()
+        values = critic.apply(params["critic"], mb.obs)
+        value_loss = losses.value_loss(values, mb.value_old, mb.returns,
+                                       hparams["clip_eps"] if cfg.clip_value else None).mean()
+        entropy = dist.entropy(dist_params).mean()
+        total = policy_loss + hparams["vf_coef"] * value_loss - hparams["ent_coef"] * entropy
+        diagnostics = {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy,
+                       "approx_kl": losses.approx_kl(log_prob, mb.log_prob_old).mean(),
+                       "clip_frac": losses.clip_fraction(log_prob, mb.log_prob_old,
+                                                         hparams["clip_eps"]).mean()}
+        return total, diagnostics
+
+    def update(state: PPOState, hparams, update_idx):
+        key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
+        carry, batch, stats = rollout.collect(
+            env, env_params, spec, dist, actor.apply, state.params["actor"], state.obs_norm,
+            state.env, rollout_key, cfg.num_steps, run.env.clip_actions)
+
+        obs = envs.obs_norm_apply(state.obs_norm, batch.obs)
+        values = critic.apply(state.params["critic"], obs)
+        next_values = critic.apply(state.params["critic"],
+                                   envs.obs_norm_apply(state.obs_norm, batch.final_obs))
+        advantages, returns = rollout.gae(batch.reward, values, next_values, batch.terminated,
+                                          batch.done, hparams["gamma"], hparams["gae_lambda"])
+        flat = jax.tree_util.tree_map(
+            lambda x: x.reshape((batch_size,) + x.shape[2:]),
+            Minibatch(obs, batch.action, batch.log_prob, values, advantages, returns))
+
+        learning_rate = annealed(hparams["lr"], update_idx, num_updates, cfg.anneal_lr)
+        optimizer = adam(hparams, learning_rate)
+        grad_fn = jax.grad(loss_fn, has_aux=True)
+
+        def _update_minibatch(train, indices):
+            params, opt_state = train
+            mb = jax.tree_util.tree_map(lambda x: x[indices], flat)
+            grads, diagnostics = grad_fn(params, mb, hparams)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state), diagnostics
+
+        def _update_epoch(train, epoch_key):
+            indices = minibatch_indices(epoch_key, batch_size, cfg.num_minibatches)
+            return jax.lax.scan(_update_minibatch, train, indices)
+
+        (params, opt_state), diagnostics = jax.lax.scan(
+            _update_epoch, (state.params, state.opt_state),
+            jax.random.split(shuffle_key, cfg.update_epochs))
+
+        obs_norm = (envs.obs_norm_update(state.obs_norm, batch.obs)
+                    if state.obs_norm is not None else None)
+        metrics = {k: v.mean() for k, v in diagnostics.items()}
+        metrics.update(return_mean=stats.return_mean(), episode_length=stats.length_mean(),
+                       episodes=stats.count, learning_rate=learning_rate,
+                       env_steps=jnp.asarray(batch_size, jnp.float32))
+        return PPOState(params, opt_state, carry, obs_norm, key), metrics
+
+    def param_fn(state: PPOState):
+        return state.params
+
+    return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=dist,
+                     actor_fn=actor.apply, init=init, update=update,
+                     policy=lambda s: (s.params["actor"], s.obs_norm), metric_names=METRICS,
+                     num_updates=num_updates, param_fn=param_fn)

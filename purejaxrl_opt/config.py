@@ -1,0 +1,355 @@
+"""Typed run configuration and its validation: the one place where bad input is caught.
+
+Hydra composes a ``DictConfig`` from ``conf/``; :func:`from_dictconfig` turns it into frozen
+dataclasses, checking every key, type and range *before* anything is built or compiled. Every error is
+a :class:`ConfigError` naming the key, the value and what is allowed.
+
+Scalar hyperparameters that do not change any array shape are listed in each algorithm config's
+``SWEEPABLE``; :func:`hyperparameters` turns them into a pytree of float32 scalars that the train
+function reads at trace time, so they can be ``vmap``ped (one compile trains many configs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping
+
+import jax.numpy as jnp
+
+
+class ConfigError(ValueError):
+    """A configuration value is unknown, of the wrong type, or out of range."""
+
+
+# --------------------------------------------------------------------------- field checks
+def _check(cond: bool, key: str, value: Any, allowed: str) -> None:
+    if not cond:
+        raise ConfigError(f"config key '{key}' = {value!r} is invalid: must be {allowed}")
+
+
+def positive(key: str, value: float) -> None:
+    _check(value > 0, key, value, "> 0")
+
+
+def non_negative(key: str, value: float) -> None:
+    _check(value >= 0, key, value, ">= 0")
+
+
+def unit_interval(key: str, value: float, *, open_low=False, open_high=False) -> None:
+    low_ok = value > 0 if open_low else value >= 0
+    high_ok = value < 1 if open_high else value <= 1
+    lo, hi = ("(" if open_low else "["), (")" if open_high else "]")
+    _check(low_ok and high_ok, key, value, f"in {lo}0, 1{hi}")
+
+
+def one_of(key: str, value: str, choices: tuple[str, ...]) -> None:
+    _check(value in choices, key, value, f"one of {list(choices)}")
+
+
+# --------------------------------------------------------------------------- config sections
+@dataclass(frozen=True)
+class EnvConfig:
+    id: str
+    normalize_obs: bool = False  # running mean/std of observations, frozen during each rollout
+    clip_actions: bool = True  # continuous actions clipped to the env's bounds before stepping
+    params: Mapping[str, Any] = field(default_factory=dict)  # overrides of gymnax EnvParams fields
+
+    def validate(self, prefix: str) -> None:
+        from purejaxrl_opt import envs  # local: envs imports gymnax, config must stay light
+
+        one_of(f"{prefix}.id", self.id, envs.SUPPORTED_ENVS)
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    activation: str = "tanh"
+    cnn_channels: tuple[int, ...] = (16,)  # conv torso for image observations (MinAtar)
+    log_std_init: float = 0.0  # initial log std of a diagonal Gaussian policy
+
+    ACTIVATIONS: ClassVar[tuple[str, ...]] = ("tanh", "relu", "gelu", "silu")
+
+    def validate(self, prefix: str) -> None:
+        _check(len(self.hidden_sizes) > 0 and all(h > 0 for h in self.hidden_sizes),
+               f"{prefix}.hidden_sizes", list(self.hidden_sizes), "a non-empty list of positive ints")
+        _check(all(c > 0 for c in self.cnn_channels), f"{prefix}.cnn_channels",
+               list(self.cnn_channels), "a list of positive ints")
+        one_of(f"{prefix}.activation", self.activation, self.ACTIVATIONS)
+
+
+@dataclass(frozen=True)
+class AlgoConfig:
+    """Fields shared by every algorithm. ``SWEEPABLE`` fields may be traced (vmapped) values."""
+
+    name: str
+    SWEEPABLE: ClassVar[tuple[str, ...]] = ()
+
+    def batch_env_steps(self) -> int:
+        """Env steps consumed by one update (an upper bound for episode-based algorithms)."""
+        raise NotImplementedError
+
+    def validate(self, prefix: str, run: "RunConfig") -> None:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class _ActorCriticConfig(AlgoConfig):
+    """Rollout + GAE + critic fields common to PPO and TRPO."""
+
+    num_envs: int = 4
+    num_steps: int = 128
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    normalize_advantages: bool = True
+
+    def batch_env_steps(self) -> int:
+        return self.num_envs * self.num_steps
+
+    def _validate_rollout(self, prefix: str, run: "RunConfig") -> None:
+        positive(f"{prefix}.num_envs", self.num_envs)
+        positive(f"{prefix}.num_steps", self.num_steps)
+        unit_interval(f"{prefix}.gamma", self.gamma)
+        unit_interval(f"{prefix}.gae_lambda", self.gae_lambda)
+        _check(run.total_timesteps >= self.batch_env_steps(), "total_timesteps", run.total_timesteps,
+               f">= one update's batch, {self.name}.num_envs * num_steps = {self.batch_env_steps()}")
+
+
+@dataclass(frozen=True)
+class PPOConfig(_ActorCriticConfig):
+    name: str = "ppo"
+    update_epochs: int = 4
+    num_minibatches: int = 4
+    lr: float = 2.5e-4
+    anneal_lr: bool = True
+    clip_eps: float = 0.2
+    clip_value: bool = True  # PPO2-style value clipping with the same clip_eps
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+
+    SWEEPABLE: ClassVar[tuple[str, ...]] = (
+        "lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
+
+    def validate(self, prefix: str, run: "RunConfig") -> None:
+        self._validate_rollout(prefix, run)
+        positive(f"{prefix}.update_epochs", self.update_epochs)
+        positive(f"{prefix}.num_minibatches", self.num_minibatches)
+        _check(self.batch_env_steps() % self.num_minibatches == 0, f"{prefix}.num_minibatches",
+               self.num_minibatches,
+               f"a divisor of num_envs * num_steps = {self.batch_env_steps()}")
+        positive(f"{prefix}.lr", self.lr)
+        positive(f"{prefix}.clip_eps", self.clip_eps)
+        non_negative(f"{prefix}.ent_coef", self.ent_coef)
+        non_negative(f"{prefix}.vf_coef", self.vf_coef)
+        positive(f"{prefix}.max_grad_norm", self.max_grad_norm)
+
+
+@dataclass(frozen=True)
+class TRPOConfig(_ActorCriticConfig):
+    name: str = "trpo"
+    max_kl: float = 0.01
+    cg_iters: int = 10
+    cg_damping: float = 0.1
+    backtrack_coeff: float = 0.8
+    max_backtracks: int = 10
+    fvp: str = "gauss_newton"  # gauss_newton: J^T M J v (jvp + analytic M + vjp); hessian: fwd-over-rev
+    fvp_subsample: float = 1.0  # fraction of the batch used for Fisher-vector products
+    critic_lr: float = 1e-3
+    critic_epochs: int = 5
+    critic_minibatches: int = 4
+    critic_max_grad_norm: float = 0.5
+
+    SWEEPABLE: ClassVar[tuple[str, ...]] = (
+        "gamma", "gae_lambda", "max_kl", "cg_damping", "backtrack_coeff", "critic_lr",
+        "critic_max_grad_norm")
+    FVP_MODES: ClassVar[tuple[str, ...]] = ("gauss_newton", "hessian")
+
+    def validate(self, prefix: str, run: "RunConfig") -> None:
+        self._validate_rollout(prefix, run)
+        positive(f"{prefix}.max_kl", self.max_kl)
+        positive(f"{prefix}.cg_iters", self.cg_iters)
+        non_negative(f"{prefix}.cg_damping", self.cg_damping)
+        unit_interval(f"{prefix}.backtrack_coeff", self.backtrack_coeff, open_low=True, open_high=True)
+        positive(f"{prefix}.max_backtracks", self.max_backtracks)
+        one_of(f"{prefix}.fvp", self.fvp, self.FVP_MODES)
+        unit_interval(f"{prefix}.fvp_subsample", self.fvp_subsample, open_low=True)
+        _check(int(self.batch_env_steps() * self.fvp_subsample) >= 1, f"{prefix}.fvp_subsample",
+               self.fvp_subsample, "large enough to keep at least one sample")
+        positive(f"{prefix}.critic_lr", self.critic_lr)
+        positive(f"{prefix}.critic_epochs", self.critic_epochs)
+        positive(f"{prefix}.critic_minibatches", self.critic_minibatches)
+        _check(self.batch_env_steps() % self.critic_minibatches == 0, f"{prefix}.critic_minibatches",
+               self.critic_minibatches,
+               f"a divisor of num_envs * num_steps = {self.batch_env_steps()}")
+        positive(f"{prefix}.critic_max_grad_norm", self.critic_max_grad_norm)
+
+
+@dataclass(frozen=True)
+class GRPOConfig(AlgoConfig):
+    name: str = "grpo"
+    num_groups: int = 8
+    group_size: int = 8
+    grouping: str = "same_start"  # same_start: a group shares its reset key; unrelated: it does not
+    max_episode_steps: int = 0  # 0 = the env's own episode limit
+    outcome_discount: float = 1.0  # 1 = undiscounted return as the outcome reward
+    process_supervision: bool = False  # per-step rewards normalised over the group
+    scale_rewards: str = "group"  # group | batch | none (Dr. GRPO)
+    loss_norm: str = "sequence"  # sequence (paper) | token (DAPO) | constant (Dr. GRPO)
+    epsilon: float = 0.2
+    epsilon_high: float = 0.0  # 0 = symmetric clip (epsilon); > epsilon = DAPO clip-higher
+    beta: float = 0.04
+    ref_update_every: int = 0  # 0 = pi_ref fixed at the initial policy
+    update_epochs: int = 1
+    num_minibatches: int = 1
+    lr: float = 3e-4
+    anneal_lr: bool = False
+    ent_coef: float = 0.0
+    max_grad_norm: float = 0.5
+    max_memory_gb: float = 4.0  # refuse configs whose episode buffer would exceed this
+
+    SWEEPABLE: ClassVar[tuple[str, ...]] = (
+        "epsilon", "beta", "lr", "ent_coef", "max_grad_norm", "outcome_discount")
+    SCALES: ClassVar[tuple[str, ...]] = ("group", "batch", "none")
+    NORMS: ClassVar[tuple[str, ...]] = ("sequence", "token", "constant")
+    GROUPINGS: ClassVar[tuple[str, ...]] = ("same_start", "unrelated")
+
+    def batch_env_steps(self) -> int:  # upper bound; the real count is measured per update
+        return self.num_groups * self.group_size * max(self.max_episode_steps, 1)
+
+    def validate(self, prefix: str, run: "RunConfig") -> None:
+        positive(f"{prefix}.num_groups", self.num_groups)
+        _check(self.group_size >= 2, f"{prefix}.group_size", self.group_size,
+               ">= 2 (a z-score needs at least two outputs per group)")
+        one_of(f"{prefix}.grouping", self.grouping, self.GROUPINGS)
+        non_negative(f"{prefix}.max_episode_steps", self.max_episode_steps)
+        unit_interval(f"{prefix}.outcome_discount", self.outcome_discount)
+        one_of(f"{prefix}.scale_rewards", self.scale_rewards, self.SCALES)
+        one_of(f"{prefix}.loss_norm", self.loss_norm, self.NORMS)
+        positive(f"{prefix}.epsilon", self.epsilon)
+        _check(self.epsilon_high == 0 or self.epsilon_high >= self.epsilon, f"{prefix}.epsilon_high",
+               self.epsilon_high, f"0 (symmetric) or >= epsilon = {self.epsilon}")
+        non_negative(f"{prefix}.beta", self.beta)
+        non_negative(f"{prefix}.ref_update_every", self.ref_update_every)
+        positive(f"{prefix}.update_epochs", self.update_epochs)
+        positive(f"{prefix}.num_minibatches", self.num_minibatches)
+        _check(self.num_groups * self.group_size % self.num_minibatches == 0,
+               f"{prefix}.num_minibatches", self.num_minibatches,
+               f"a divisor of num_groups * group_size = {self.num_groups * self.group_size} "
+               "(minibatches keep whole trajectories)")
+        positive(f"{prefix}.lr", self.lr)
+        non_negative(f"{prefix}.ent_coef", self.ent_coef)
+        positive(f"{prefix}.max_grad_norm", self.max_grad_norm)
+        positive(f"{prefix}.max_memory_gb", self.max_memory_gb)
+
+
+ALGO_CONFIGS: dict[str, type[AlgoConfig]] = {"ppo": PPOConfig, "trpo": TRPOConfig, "grpo": GRPOConfig}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    algo: AlgoConfig
+    env: EnvConfig
+    network: NetworkConfig = NetworkConfig()
+    seed: int = 0
+    num_seeds: int = 1
+    total_timesteps: int = 500_000
+    eval_episodes: int = 16
+    eval_deterministic: bool = True
+
+    def validate(self) -> None:
+        non_negative("seed", self.seed)
+        positive("num_seeds", self.num_seeds)
+        positive("total_timesteps", self.total_timesteps)
+        positive("eval_episodes", self.eval_episodes)
+        self.env.validate("env")
+        self.network.validate("network")
+        self.algo.validate(self.algo.name, self)
+
+    @property
+    def num_updates(self) -> int:
+        """Updates that fit in ``total_timesteps`` (episode-based algos: an upper-bound batch)."""
+        return max(self.total_timesteps // self.algo.batch_env_steps(), 1)
+
+
+# --------------------------------------------------------------------------- building
+def _coerce(key: str, value: Any, annotation: Any) -> Any:
+    """Check ``value`` against a dataclass field annotation (as a string) and coerce it."""
+    ann = str(annotation)
+    if ann == "bool":
+        _check(isinstance(value, bool), key, value, "a bool (true/false)")
+        return value
+    if ann == "int":
+        _check(isinstance(value, int) and not isinstance(value, bool), key, value, "an int")
+        return value
+    if ann == "float":
+        _check(isinstance(value, (int, float)) and not isinstance(value, bool), key, value, "a number")
+        _check(math.isfinite(value), key, value, "a finite number")
+        return float(value)
+    if ann == "str":
+        _check(isinstance(value, str), key, value, "a string")
+        return value
+    if ann.startswith("tuple[int"):
+        _check(isinstance(value, (list, tuple)) and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value), key, value, "a list of ints")
+        return tuple(value)
+    if ann.startswith("Mapping"):
+        _check(isinstance(value, Mapping), key, value, "a mapping")
+        return dict(value)
+    raise TypeError(f"unhandled annotation {ann} for {key}")
+
+
+def build_section(cls: type, values: Mapping[str, Any], prefix: str):
+    """Build dataclass ``cls`` from ``values``; unknown keys and wrong types raise ConfigError."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"unknown config key '{prefix}.{unknown[0]}'; allowed keys of '{prefix}': {sorted(fields)}")
+    kwargs = {name: _coerce(f"{prefix}.{name}", values[name], fields[name].type)
+              for name in fields if name in values}
+    return cls(**kwargs)
+
+
+def from_dictconfig(cfg: Any) -> RunConfig:
+    """Validate a composed Hydra config (``DictConfig`` or plain dict) into a :class:`RunConfig`."""
+    from omegaconf import DictConfig, OmegaConf
+
+    raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    run_keys = {f.name for f in dataclasses.fields(RunConfig)}
+    # keys consumed outside the training function (logging, output, launch)
+    outer_keys = {"logger", "hydra", "progress", "checkpoint", "resume", "sweep", "parallel", "out_dir"}
+    unknown = sorted(set(raw) - run_keys - outer_keys)
+    if unknown:
+        raise ConfigError(f"unknown config key '{unknown[0]}'; allowed top-level keys: "
+                          f"{sorted(run_keys | outer_keys)}")
+    for section in ("algo", "env"):
+        if not isinstance(raw.get(section), Mapping):
+            raise ConfigError(f"config section '{section}' is missing; choose one with {section}=NAME")
+    algo_raw = dict(raw["algo"])
+    name = algo_raw.get("name")
+    if name not in ALGO_CONFIGS:
+        raise ConfigError(f"config key 'algo.name' = {name!r} is invalid: must be one of "
+                          f"{sorted(ALGO_CONFIGS)}")
+    algo = build_section(ALGO_CONFIGS[name], algo_raw, name)
+    env = build_section(EnvConfig, raw["env"], "env")
+    network = build_section(NetworkConfig, raw.get("network", {}), "network")
+    top = {k: raw[k] for k in run_keys - {"algo", "env", "network"} if k in raw}
+    top_fields = {f.name: f for f in dataclasses.fields(RunConfig)}
+    top = {k: _coerce(k, v, top_fields[k].type) for k, v in top.items()}
+    run = RunConfig(algo=algo, env=env, network=network, **top)
+    run.validate()
+    return run
+
+
+def with_overrides(run: RunConfig, **algo_overrides: Any) -> RunConfig:
+    """A copy of ``run`` with some algorithm fields replaced (validated again)."""
+    new = dataclasses.replace(run, algo=dataclasses.replace(run.algo, **algo_overrides))
+    new.validate()
+    return new
+
+
+def hyperparameters(algo: AlgoConfig) -> dict[str, jnp.ndarray]:
+    """The algorithm's sweepable scalars as float32 arrays: the ``hparams`` pytree of ``train``."""
+    return {name: jnp.asarray(getattr(algo, name), jnp.float32) for name in algo.SWEEPABLE}

@@ -1,0 +1,123 @@
+"""gymnax environments: construction, a static description of their spaces, observation normalisation.
+
+Wrappers are deliberately thin functions rather than env subclasses: the rollout (rollout.py) calls
+``env.step`` (gymnax 1.x: ``obs, state, reward, terminated, truncated, info`` with auto-reset and the
+pre-reset observation in ``info["final_observation"]``) and ``env.step_env`` (no auto-reset, used by
+episode rollouts), and keeps episode statistics in its own carry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# MNISTBandit downloads MNIST at construction time: not usable offline, so not offered.
+_EXCLUDED = ("MNISTBandit-bsuite",)
+
+
+def _registered() -> tuple[str, ...]:
+    import gymnax
+
+    return tuple(e for e in gymnax.registered_envs if e not in _EXCLUDED)
+
+
+SUPPORTED_ENVS: tuple[str, ...] = _registered()
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What the networks and rollouts need to know about an environment (static, hashable)."""
+
+    env_id: str
+    obs_shape: tuple[int, ...]
+    discrete: bool
+    num_actions: int  # categories if discrete, else action dimensions
+    action_low: tuple[float, ...] | None
+    action_high: tuple[float, ...] | None
+    max_steps: int  # episode limit (time-limit truncation)
+
+    @property
+    def is_image(self) -> bool:
+        return len(self.obs_shape) == 3
+
+
+def make(env_id: str, params_overrides: dict[str, Any] | None = None):
+    """Return ``(env, env_params, spec)`` for a gymnax id, with ``EnvParams`` fields overridden."""
+    import gymnax
+    from gymnax.environments import spaces
+
+    if env_id not in SUPPORTED_ENVS:
+        raise ValueError(f"unknown env '{env_id}'; supported: {list(SUPPORTED_ENVS)}")
+    env, env_params = gymnax.make(env_id)
+    overrides = dict(params_overrides or {})
+    if overrides:
+        unknown = sorted(set(overrides) - set(env_params.__dataclass_fields__))
+        if unknown:
+            from purejaxrl_opt.config import ConfigError
+
+            raise ConfigError(f"unknown config key 'env.params.{unknown[0]}' for {env_id}; allowed: "
+                              f"{sorted(env_params.__dataclass_fields__)}")
+        env_params = env_params.replace(**overrides)
+    obs_shape = tuple(env.observation_space(env_params).shape)
+    space = env.action_space(env_params)
+    if isinstance(space, spaces.Discrete):
+        discrete, num_actions, low, high = True, int(space.n), None, None
+    elif isinstance(space, spaces.Box):
+        discrete = False
+        num_actions = int(np.prod(space.shape))
+        low = tuple(np.broadcast_to(np.asarray(space.low, np.float32), (num_actions,)).tolist())
+        high = tuple(np.broadcast_to(np.asarray(space.high, np.float32), (num_actions,)).tolist())
+    else:
+        raise ValueError(f"{env_id}: unsupported action space {space!r}")
+    max_steps = int(getattr(env_params, "max_steps_in_episode", 0) or 0)
+    spec = EnvSpec(env_id, obs_shape, discrete, num_actions, low, high, max_steps)
+    return env, env_params, spec
+
+
+def to_env_action(spec: EnvSpec, action: jnp.ndarray, clip: bool) -> jnp.ndarray:
+    """Map a policy action to what ``env.step`` takes (continuous: clipped to the bounds, unbatched shape)."""
+    if spec.discrete:
+        return action
+    if clip:
+        action = jnp.clip(action, jnp.asarray(spec.action_low), jnp.asarray(spec.action_high))
+    return action
+
+
+# --------------------------------------------------------------------------- observation normalisation
+class ObsNormState(NamedTuple):
+    """Running mean/variance of observations (parallel Welford), ``[*obs_shape]`` each."""
+
+    mean: jnp.ndarray
+    var: jnp.ndarray
+    count: jnp.ndarray
+
+
+def obs_norm_init(obs_shape: tuple[int, ...]) -> ObsNormState:
+    return ObsNormState(jnp.zeros(obs_shape), jnp.ones(obs_shape), jnp.asarray(1e-4))
+
+
+def obs_norm_update(state: ObsNormState, batch: jnp.ndarray) -> ObsNormState:
+    """Merge a batch ``[B, *obs_shape]`` into the running statistics (Chan et al. parallel update)."""
+    batch = batch.reshape((-1,) + state.mean.shape).astype(jnp.float32)
+    batch_mean, batch_var, batch_count = batch.mean(0), batch.var(0), batch.shape[0]
+    delta = batch_mean - state.mean
+    total = state.count + batch_count
+    mean = state.mean + delta * batch_count / total
+    m2 = state.var * state.count + batch_var * batch_count + delta**2 * state.count * batch_count / total
+    return ObsNormState(mean, m2 / total, total)
+
+
+def obs_norm_apply(state: ObsNormState | None, obs: jnp.ndarray, clip: float = 10.0) -> jnp.ndarray:
+    obs = obs.astype(jnp.float32)
+    if state is None:
+        return obs
+    return jnp.clip((obs - state.mean) / jnp.sqrt(state.var + 1e-8), -clip, clip)
+
+
+def vmap_reset(env, env_params, keys: jax.Array):
+    """Reset one env per key: ``keys [N]`` -> ``(obs [N, ...], state [N, ...])``."""
+    return jax.vmap(env.reset, in_axes=(0, None))(keys, env_params)

@@ -1,0 +1,83 @@
+"""Flax modules: actor heads (categorical, diagonal Gaussian) and critic, on an MLP or CNN torso.
+
+Actor and critic are separate modules with separate parameters (``{"actor": ..., "critic": ...}``) so
+that TRPO can step the policy alone and GRPO can drop the critic. Inputs are ``[..., *obs_shape]``
+with any number of leading batch axes.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from purejaxrl_opt.config import NetworkConfig
+from purejaxrl_opt.envs import EnvSpec
+
+ACTIVATIONS: dict[str, Callable] = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu}
+
+
+def _dense(features: int, scale: float) -> nn.Dense:
+    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(scale),
+                    bias_init=nn.initializers.zeros)
+
+
+class Torso(nn.Module):
+    """Conv layers for image observations (``[..., H, W, C]``), then an MLP; flattens other shapes."""
+
+    obs_ndim: int
+    hidden_sizes: Sequence[int]
+    activation: str
+    cnn_channels: Sequence[int] = ()
+
+    @nn.compact
+    def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
+        act = ACTIVATIONS[self.activation]
+        batch_shape = obs.shape[: obs.ndim - self.obs_ndim]
+        x = obs.reshape((-1,) + obs.shape[obs.ndim - self.obs_ndim:]).astype(jnp.float32)
+        if self.obs_ndim == 3:
+            for channels in self.cnn_channels:
+                x = nn.relu(nn.Conv(channels, (3, 3), padding="VALID",
+                                    kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+        x = x.reshape((x.shape[0], -1))
+        for size in self.hidden_sizes:
+            x = act(_dense(size, np.sqrt(2))(x))
+        return x.reshape(batch_shape + (x.shape[-1],))
+
+
+class Actor(nn.Module):
+    """Policy network: observation -> distribution parameters (see distributions.py)."""
+
+    spec: EnvSpec
+    net: NetworkConfig
+
+    @nn.compact
+    def __call__(self, obs: jnp.ndarray) -> dict[str, jnp.ndarray]:
+        x = Torso(len(self.spec.obs_shape), self.net.hidden_sizes, self.net.activation,
+                  self.net.cnn_channels)(obs)
+        out = _dense(self.spec.num_actions, 0.01)(x)
+        if self.spec.discrete:
+            return {"logits": out}
+        log_std = self.param("log_std", nn.initializers.constant(self.net.log_std_init),
+                             (self.spec.num_actions,))
+        return {"mean": out, "log_std": jnp.broadcast_to(log_std, out.shape)}
+
+
+class Critic(nn.Module):
+    """State-value network: observation ``[..., *obs_shape]`` -> value ``[...]``."""
+
+    spec: EnvSpec
+    net: NetworkConfig
+
+    @nn.compact
+    def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
+        x = Torso(len(self.spec.obs_shape), self.net.hidden_sizes, self.net.activation,
+                  self.net.cnn_channels)(obs)
+        return _dense(1, 1.0)(x)[..., 0]
+
+
+def count_params(params) -> int:
+    return int(sum(np.prod(x.shape) for x in jax.tree_util.tree_leaves(params)))

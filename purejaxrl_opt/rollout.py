@@ -1,0 +1,154 @@
+"""Collecting experience with ``lax.scan``, truncation-aware GAE, and whole-episode rollouts.
+
+Only what acting needs runs per env step (actor forward, sampling, env step); values for GAE are
+computed afterwards in one batched critic call over the whole ``[T, N]`` batch. Episode statistics
+are reduced to per-rollout sums inside the scan carry: nothing per env step is kept for logging.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from purejaxrl_opt import envs
+from purejaxrl_opt.distributions import Distribution
+from purejaxrl_opt.envs import EnvSpec, ObsNormState
+
+ActorFn = Callable[[Any, jnp.ndarray], dict]  # (actor_params, obs [..., *obs_shape]) -> dist params
+
+
+class EnvCarry(NamedTuple):
+    """Vectorised env state carried across updates. ``obs`` is the raw observation ``[N, *obs]``."""
+
+    env_state: Any
+    obs: jnp.ndarray
+    episode_return: jnp.ndarray  # [N] running return of the current episode
+    episode_length: jnp.ndarray  # [N]
+
+
+class Batch(NamedTuple):
+    """One rollout, time-major. Observations are raw (normalise with the rollout's frozen stats)."""
+
+    obs: jnp.ndarray  # [T, N, *obs_shape]
+    action: jnp.ndarray  # [T, N] (discrete) or [T, N, D]
+    log_prob: jnp.ndarray  # [T, N] log pi_old(a|s)
+    reward: jnp.ndarray  # [T, N]
+    terminated: jnp.ndarray  # [T, N] bool: true terminal, no bootstrap
+    done: jnp.ndarray  # [T, N] bool: terminated or truncated (episode boundary)
+    final_obs: jnp.ndarray  # [T, N, *obs_shape] observation after the step, before any auto-reset
+
+
+class EpisodeStats(NamedTuple):
+    """Sums over the episodes that finished during one rollout (scalars)."""
+
+    return_sum: jnp.ndarray
+    length_sum: jnp.ndarray
+    count: jnp.ndarray
+
+    @staticmethod
+    def zeros() -> "EpisodeStats":
+        return EpisodeStats(jnp.zeros(()), jnp.zeros(()), jnp.zeros(()))
+
+    def return_mean(self) -> jnp.ndarray:
+        """Mean return of finished episodes; NaN when none finished."""
+        return jnp.where(self.count > 0, self.return_sum / jnp.maximum(self.count, 1), jnp.nan)
+
+    def length_mean(self) -> jnp.ndarray:
+        return jnp.where(self.count > 0, self.length_sum / jnp.maximum(self.count, 1), jnp.nan)
+
+
+def reset_carry(env, env_params, key: jax.Array, num_envs: int) -> EnvCarry:
+    obs, env_state = envs.vmap_reset(env, env_params, jax.random.split(key, num_envs))
+    zeros = jnp.zeros((num_envs,), jnp.float32)
+    return EnvCarry(env_state, obs, zeros, zeros)
+
+
+def collect(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn: ActorFn, actor_params,
+            obs_norm: ObsNormState | None, carry: EnvCarry, key: jax.Array, num_steps: int,
+            clip_actions: bool = True) -> tuple[EnvCarry, Batch, EpisodeStats]:
+    """Step ``N`` auto-resetting envs for ``num_steps`` with actions sampled from the policy."""
+    num_envs = carry.obs.shape[0]
+    step_env = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+
+    def _env_step(loop, step_key):
+        carry, stats = loop
+        action_key, env_key = jax.random.split(step_key)
+        dist_params = actor_fn(actor_params, envs.obs_norm_apply(obs_norm, carry.obs))
+        action = dist.sample(action_key, dist_params)
+        log_prob = dist.log_prob(dist_params, action)
+        env_action = envs.to_env_action(spec, action, clip_actions)
+        obs, env_state, reward, terminated, truncated, info = step_env(
+            jax.random.split(env_key, num_envs), carry.env_state, env_action, env_params)
+        reward = reward.astype(jnp.float32)
+        done = jnp.logical_or(terminated, truncated)
+        episode_return = carry.episode_return + reward
+        episode_length = carry.episode_length + 1
+        stats = EpisodeStats(stats.return_sum + jnp.sum(jnp.where(done, episode_return, 0.0)),
+                             stats.length_sum + jnp.sum(jnp.where(done, episode_length, 0.0)),
+                             stats.count + jnp.sum(done))
+        new_carry = EnvCarry(env_state, obs, jnp.where(done, 0.0, episode_return),
+                             jnp.where(done, 0.0, episode_length))
+        transition = Batch(carry.obs, action, log_prob, reward, terminated, done,
+                           info["final_observation"])
+        return (new_carry, stats), transition
+
+    (carry, stats), batch = jax.lax.scan(_env_step, (carry, EpisodeStats.zeros()),
+                                         jax.random.split(key, num_steps))
+    return carry, batch, stats
+
+
+def gae(rewards: jnp.ndarray, values: jnp.ndarray, next_values: jnp.ndarray, terminated: jnp.ndarray,
+        done: jnp.ndarray, gamma, gae_lambda) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """Generalised advantage estimation, truncation-aware. All inputs ``[T, N]``.
+
+    ``next_values[t]`` is ``V`` of the observation reached by step ``t`` *before* any auto-reset, so a
+    time-limit truncation bootstraps from the true next state; only ``terminated`` zeroes the
+    bootstrap, while any episode end (``done``) stops the recursion. Returns ``(advantages, returns)``.
+    """
+    not_terminated = 1.0 - terminated.astype(jnp.float32)
+    not_done = 1.0 - done.astype(jnp.float32)
+    deltas = rewards + gamma * not_terminated * next_values - values
+
+    def _backward(advantage_next, inputs):
+        delta, continues = inputs
+        advantage = delta + gamma * gae_lambda * continues * advantage_next
+        return advantage, advantage
+
+    _, advantages = jax.lax.scan(_backward, jnp.zeros_like(values[0]), (deltas, not_done),
+                                 reverse=True)
+    return advantages, advantages + values
+
+
+def evaluate(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn: ActorFn, actor_params,
+             obs_norm: ObsNormState | None, key: jax.Array, num_episodes: int, deterministic: bool,
+             clip_actions: bool = True) -> jnp.ndarray:
+    """Play ``num_episodes`` complete episodes in parallel; returns their returns ``[num_episodes]``.
+
+    Runs a ``while_loop`` until every episode has ended (or the env's step limit, as a guard).
+    """
+    reset_key, loop_key = jax.random.split(key)
+    carry = reset_carry(env, env_params, reset_key, num_episodes)
+    step_env = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    limit = spec.max_steps if spec.max_steps > 0 else 100_000
+
+    def _cond(loop):
+        t, _, _, alive, _, _ = loop
+        return jnp.logical_and(t < limit, jnp.any(alive))
+
+    def _body(loop):
+        t, env_state, obs, alive, returns, key = loop
+        key, action_key, env_key = jax.random.split(key, 3)
+        dist_params = actor_fn(actor_params, envs.obs_norm_apply(obs_norm, obs))
+        action = dist.mode(dist_params) if deterministic else dist.sample(action_key, dist_params)
+        obs, env_state, reward, terminated, truncated, _ = step_env(
+            jax.random.split(env_key, num_episodes), env_state,
+            envs.to_env_action(spec, action, clip_actions), env_params)
+        returns = returns + jnp.where(alive, reward.astype(jnp.float32), 0.0)
+        alive = jnp.logical_and(alive, jnp.logical_not(jnp.logical_or(terminated, truncated)))
+        return t + 1, env_state, obs, alive, returns, key
+
+    init = (jnp.zeros((), jnp.int32), carry.env_state, carry.obs, jnp.ones((num_episodes,), bool),
+            jnp.zeros((num_episodes,), jnp.float32), loop_key)
+    return jax.lax.while_loop(_cond, _body, init)[4]
