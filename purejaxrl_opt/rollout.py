@@ -111,13 +111,15 @@ def gae(rewards: jnp.ndarray, values: jnp.ndarray, next_values: jnp.ndarray, ter
     not_done = 1.0 - done.astype(jnp.float32)
     deltas = rewards + gamma * not_terminated * next_values - values
 
-    def _backward(advantage_next, inputs):
-        delta, continues = inputs
-        advantage = delta + gamma * gae_lambda * continues * advantage_next
-        return advantage, advantage
+    # A_t = delta_t + c_t A_{t+1} with c_t = gamma * lambda * not_done_t: an affine recurrence, solved
+    # by a parallel (associative) scan in log2(T) vectorised steps instead of T sequential ones.
+    def _compose(later, earlier):
+        coef_l, value_l = later
+        coef_e, value_e = earlier
+        return coef_l * coef_e, value_e + coef_e * value_l
 
-    _, advantages = jax.lax.scan(_backward, jnp.zeros_like(values[0]), (deltas, not_done),
-                                 reverse=True)
+    _, advantages = jax.lax.associative_scan(_compose, (gamma * gae_lambda * not_done, deltas),
+                                             reverse=True, axis=0)
     return advantages, advantages + values
 
 

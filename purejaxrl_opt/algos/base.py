@@ -5,8 +5,8 @@ turns it into
 
 * ``train(key, hparams=None) -> TrainOutput`` — the whole run as one traceable function
   (``jax.jit(train)(key)``; ``jax.vmap`` over keys and/or hyperparameters for seeds and sweeps);
-* the same run in pieces — :func:`init_loop`, :func:`run_updates` (a dynamic number of updates, so
-  one compile serves any chunk size) and :func:`evaluate_loop` — used by the runner for progress and
+* the same run in pieces — :func:`init_loop`, :func:`run_updates` (traced bounds, so one compile
+  serves any chunk) and :func:`evaluate_loop` — used by the runner for progress and
   checkpoints. ``train`` is exactly their composition.
 
 Per-update metrics are written into a preallocated ``[num_updates]`` buffer in the loop state, so the
@@ -84,20 +84,25 @@ def init_loop(algo: Algorithm, key: jax.Array, hparams: Hyperparameters | None =
                 jnp.zeros((), jnp.float32), eval_key, metrics)
 
 
-def run_updates(algo: Algorithm, loop: Loop, num: jnp.ndarray | int) -> Loop:
-    """Run ``num`` more updates (clamped to the total); ``num`` may be traced."""
-    stop = jnp.minimum(loop.update_idx + num, algo.num_updates)
+def run_updates(algo: Algorithm, loop: Loop, start: jnp.ndarray | int, stop: jnp.ndarray | int) -> Loop:
+    """Run updates ``start .. stop-1`` (``stop`` clamped to the total); the bounds may be traced.
 
-    def _update_step(_, loop: Loop) -> Loop:
-        state, step_metrics = algo.update(loop.algo_state, loop.hparams, loop.update_idx)
+    The bounds are plain scalars shared by all lanes (``in_axes=None`` under ``vmap``): a per-lane
+    loop bound would turn the loop into a masked one that selects the whole state every update.
+    ``start`` must equal ``loop.update_idx``.
+    """
+    stop = jnp.minimum(stop, algo.num_updates)
+
+    def _update_step(update_idx, loop: Loop) -> Loop:
+        state, step_metrics = algo.update(loop.algo_state, loop.hparams, update_idx)
         env_steps = loop.env_steps + step_metrics.pop("env_steps")
         step_metrics["env_steps"] = env_steps
-        metrics = {n: loop.metrics[n].at[loop.update_idx].set(step_metrics[n].astype(jnp.float32))
+        metrics = {n: loop.metrics[n].at[update_idx].set(step_metrics[n].astype(jnp.float32))
                    for n in loop.metrics}
         return loop.replace(algo_state=state, update_idx=loop.update_idx + 1, env_steps=env_steps,
                             metrics=metrics)
 
-    return jax.lax.fori_loop(loop.update_idx, stop, _update_step, loop)
+    return jax.lax.fori_loop(start, stop, _update_step, loop)
 
 
 def evaluate_loop(algo: Algorithm, loop: Loop) -> jnp.ndarray:
@@ -114,7 +119,7 @@ def make_train(algo: Algorithm) -> Callable[..., TrainOutput]:
 
     def train(key: jax.Array, hparams: Hyperparameters | None = None) -> TrainOutput:
         loop = init_loop(algo, key, hparams)
-        loop = run_updates(algo, loop, algo.num_updates)
+        loop = run_updates(algo, loop, 0, algo.num_updates)
         return TrainOutput(loop, loop.metrics, evaluate_loop(algo, loop))
 
     return train

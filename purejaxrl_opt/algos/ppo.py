@@ -11,9 +11,10 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
+from jax.flatten_util import ravel_pytree
 
 from purejaxrl_opt import envs, losses, rollout
-from purejaxrl_opt.algos.base import Algorithm, minibatch_indices
+from purejaxrl_opt.algos.base import Algorithm
 from purejaxrl_opt.config import PPOConfig, RunConfig
 from purejaxrl_opt.distributions import for_spec
 from purejaxrl_opt.networks import Actor, Critic
@@ -61,7 +62,8 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         actor_key, critic_key, env_key, key = jax.random.split(key, 4)
         dummy = jnp.zeros((1,) + spec.obs_shape, jnp.float32)
         params = {"actor": actor.init(actor_key, dummy), "critic": critic.init(critic_key, dummy)}
-        opt_state = adam(hparams, hparams["lr"]).init(params)
+        # the optimizer works on one flat vector: one fused Adam update instead of one per leaf
+        opt_state = adam(hparams, hparams["lr"]).init(ravel_pytree(params)[0])
         obs_norm = envs.obs_norm_init(spec.obs_shape) if run.env.normalize_obs else None
         return PPOState(params, opt_state, rollout.reset_carry(env, env_params, env_key, cfg.num_envs),
                         obs_norm, key)
@@ -101,22 +103,26 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
 
         learning_rate = annealed(hparams["lr"], update_idx, num_updates, cfg.anneal_lr)
         optimizer = adam(hparams, learning_rate)
-        grad_fn = jax.grad(loss_fn, has_aux=True)
+        flat_params, unravel = ravel_pytree(state.params)
+        grad_fn = jax.grad(lambda flat, mb: loss_fn(unravel(flat), mb, hparams), has_aux=True)
 
-        def _update_minibatch(train, indices):
-            params, opt_state = train
-            mb = jax.tree_util.tree_map(lambda x: x[indices], flat)
-            grads, diagnostics = grad_fn(params, mb, hparams)
-            updates, opt_state = optimizer.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), diagnostics
+        def _update_minibatch(train, mb: Minibatch):
+            flat_params, opt_state = train
+            grads, diagnostics = grad_fn(flat_params, mb)
+            updates, opt_state = optimizer.update(grads, opt_state, flat_params)
+            return (flat_params + updates, opt_state), diagnostics
 
         def _update_epoch(train, epoch_key):
-            indices = minibatch_indices(epoch_key, batch_size, cfg.num_minibatches)
-            return jax.lax.scan(_update_minibatch, train, indices)
+            # one gather per epoch; minibatches are then contiguous slices of the shuffled batch
+            order = jax.random.permutation(epoch_key, batch_size)
+            shuffled = jax.tree_util.tree_map(
+                lambda x: x[order].reshape((cfg.num_minibatches, -1) + x.shape[1:]), flat)
+            return jax.lax.scan(_update_minibatch, train, shuffled, unroll=False)
 
-        (params, opt_state), diagnostics = jax.lax.scan(
-            _update_epoch, (state.params, state.opt_state),
+        (flat_params, opt_state), diagnostics = jax.lax.scan(
+            _update_epoch, (flat_params, state.opt_state),
             jax.random.split(shuffle_key, cfg.update_epochs))
+        params = unravel(flat_params)
 
         obs_norm = (envs.obs_norm_update(state.obs_norm, batch.obs)
                     if state.obs_norm is not None else None)

@@ -1,0 +1,150 @@
+"""Throughput benchmark: training vs. the env-stepping and acting limits, measured in one process.
+
+For one env and batch shape it measures env steps/s of
+  (a) raw env stepping with random actions (auto-reset, vmapped envs, jitted scan),
+  (b) acting only: the rollout of training itself (actor forward + sampling + env step + episode stats),
+  (c) full training with the given algorithm(s) (rollout + GAE + updates + metrics),
+each timed over the same number of env steps after compiling, median of ``--repeats`` runs, and prints
+and writes (JSON) the rates and the ratios c/a and c/b. Ratios are what to compare across machines.
+
+    python experiments/bench_throughput.py --env CartPole-v1 --num-envs 4 1024 --algos ppo trpo
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from functools import partial
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+from purejaxrl_opt import algos, envs, rollout
+from purejaxrl_opt.algos.base import init_loop, run_updates
+from purejaxrl_opt.config import ALGO_CONFIGS, EnvConfig, RunConfig
+from purejaxrl_opt.runner import lane_hparams, lane_keys
+
+
+def _time(fn, repeats: int) -> float:
+    """Median wall seconds of ``fn()`` (which must block) over ``repeats`` calls, after one warm-up."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, lanes: int,
+                algo_names: list[str], repeats: int) -> dict:
+    env, env_params, spec = envs.make(env_id)
+    steps = lanes * num_envs * num_steps * num_updates
+    keys = lane_keys(0, lanes)
+    result = {"env": env_id, "num_envs": num_envs, "num_steps": num_steps, "num_updates": num_updates,
+              "lanes": lanes, "env_steps_per_measure": steps}
+
+    # (a) random actions
+    def _random(key):
+        carry = rollout.reset_carry(env, env_params, key, num_envs)
+        step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+        sample = jax.vmap(env.action_space(env_params).sample)
+
+        def _body(carry, step_key):
+            env_state, obs = carry
+            action_key, env_key = jax.random.split(step_key)
+            action = sample(jax.random.split(action_key, num_envs))
+            obs, env_state, reward, *_ = step(jax.random.split(env_key, num_envs), env_state, action,
+                                              env_params)
+            return (env_state, obs), reward.sum()
+
+        _, rewards = jax.lax.scan(_body, (carry.env_state, carry.obs),
+                                  jax.random.split(key, num_steps * num_updates))
+        return rewards.sum()
+
+    random_fn = jax.jit(jax.vmap(_random))
+    result["random_steps_per_s"] = steps / _time(lambda: random_fn(keys).block_until_ready(), repeats)
+
+    # (b) acting only: the training rollout without any learning
+    run = RunConfig(algo=ALGO_CONFIGS["ppo"](num_envs=num_envs, num_steps=num_steps),
+                    env=EnvConfig(id=env_id), total_timesteps=num_envs * num_steps * num_updates)
+    ppo = algos.make_algorithm(run, (env, env_params, spec))
+    hparams = lane_hparams(ppo, lanes)
+    loops = jax.jit(jax.vmap(partial(init_loop, ppo)))(keys, hparams)
+
+    def _act(loop):
+        state = loop.algo_state
+
+        def _body(carry, key):
+            carry, _, stats = rollout.collect(env, env_params, spec, ppo.dist, ppo.actor_fn,
+                                              state.params["actor"], state.obs_norm, carry, key,
+                                              num_steps)
+            return carry, stats.return_sum
+
+        _, sums = jax.lax.scan(_body, state.env, jax.random.split(state.key, num_updates))
+        return sums.sum()
+
+    act_fn = jax.jit(jax.vmap(_act))
+    result["acting_steps_per_s"] = steps / _time(lambda: act_fn(loops).block_until_ready(), repeats)
+
+    # (c) training, per algorithm, same rollout shape
+    for name in algo_names:
+        overrides = {"num_envs": num_envs, "num_steps": num_steps} if name != "grpo" else {}
+        run = RunConfig(algo=ALGO_CONFIGS[name](**overrides), env=EnvConfig(id=env_id),
+                        total_timesteps=num_envs * num_steps * num_updates)
+        algo = algos.make_algorithm(run, (env, env_params, spec))
+        hparams = lane_hparams(algo, lanes)
+        init = jax.jit(jax.vmap(partial(init_loop, algo)))
+        train = jax.jit(jax.vmap(partial(run_updates, algo), in_axes=(0, None, None)))
+        start_loop = init(keys, hparams)
+        measured_steps = {}
+
+        def _train():
+            loop = train(start_loop, jnp.int32(0), jnp.int32(algo.num_updates))
+            measured_steps["n"] = float(loop.env_steps.sum())
+
+        seconds = _time(_train, repeats)
+        rate = measured_steps["n"] / seconds
+        result[f"{name}_steps_per_s"] = rate
+        result[f"{name}_over_random"] = rate / result["random_steps_per_s"]
+        result[f"{name}_over_acting"] = rate / result["acting_steps_per_s"]
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--num-envs", type=int, nargs="+", default=[4, 1024])
+    parser.add_argument("--num-steps", type=int, default=128)
+    parser.add_argument("--env-steps", type=int, default=500_000,
+                        help="env steps per lane per measurement (rounded to whole updates)")
+    parser.add_argument("--lanes", type=int, default=1, help="vmapped agents (seeds)")
+    parser.add_argument("--algos", nargs="+", default=["ppo"])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default="experiments/results/bench_throughput.json")
+    args = parser.parse_args()
+
+    results = []
+    for num_envs in args.num_envs:
+        num_updates = max(1, args.env_steps // (num_envs * args.num_steps))
+        res = bench_shape(args.env, num_envs, args.num_steps, num_updates, args.lanes, args.algos,
+                          args.repeats)
+        results.append(res)
+        line = (f"{args.env} envs={num_envs} steps={args.num_steps} lanes={args.lanes}: "
+                f"random {res['random_steps_per_s']:,.0f}/s  acting {res['acting_steps_per_s']:,.0f}/s")
+        for name in args.algos:
+            line += (f"  {name} {res[f'{name}_steps_per_s']:,.0f}/s (c/a {res[f'{name}_over_random']:.3f},"
+                     f" c/b {res[f'{name}_over_acting']:.3f})")
+        print(line, flush=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"device": str(jax.devices()[0]), "jax": jax.__version__,
+                               "results": results}, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
