@@ -1,0 +1,36 @@
+"""Shared fixtures: small configs and one compiled PPO run reused across tests."""
+
+from __future__ import annotations
+
+import os
+
+# keep tests on CPU and deterministic even where an accelerator is present
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+from purejaxrl_opt.config import EnvConfig, PPOConfig, RunConfig  # noqa: E402
+
+
+def small_run(algo=None, env_id="CartPole-v1", **run_kwargs) -> RunConfig:
+    run = RunConfig(algo=algo or PPOConfig(), env=EnvConfig(id=env_id), **run_kwargs)
+    run.validate()
+    return run
+
+
+@pytest.fixture(scope="session")
+def cartpole_ppo_result():
+    """PPO on CartPole, 2 seeds x 60k steps, trained through the runner (chunked, as the CLI does)."""
+    import tempfile
+
+    from purejaxrl_opt import runner
+
+    run = small_run(num_seeds=2, total_timesteps=60_000, eval_episodes=8)
+    out = tempfile.mkdtemp(prefix="pjo_ppo_")
+    return run, runner.execute(run, out, loggers=(), num_chunks=3), out
+
+
+@pytest.fixture(scope="session")
+def key():
+    return jax.random.PRNGKey(0)

@@ -1,0 +1,109 @@
+"""The Hydra CLI: artifacts, overrides, and bad input failing early with a clear message."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from purejaxrl_opt.config import ConfigError, EnvConfig, PPOConfig, RunConfig, from_dictconfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "purejaxrl_opt.train", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_cli_run_writes_artifacts(tmp_path):
+    out = tmp_path / "run"
+    proc = cli("algo=ppo", "env=CartPole-v1", "seed=3", "num_seeds=2", "total_timesteps=4096",
+               "algo.num_envs=8", "eval_episodes=3", "logger=none", f"hydra.run.dir={out}")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    required = ["algo", "env", "seed", "num_seeds", "total_timesteps", "env_steps", "final_return_mean",
+                "final_return_std", "final_return_per_seed", "compile_seconds", "run_seconds",
+                "env_steps_per_second", "num_params"]
+    assert all(k in summary for k in required), set(required) - set(summary)
+    assert (summary["algo"], summary["env"], summary["seed"], summary["num_seeds"]) == \
+        ("ppo", "CartPole-v1", 3, 2)
+    assert summary["env_steps"] == 4096 and len(summary["final_return_per_seed"]) == 2
+    # actor 4-64-64-2 + critic 4-64-64-1
+    assert summary["num_params"] == (4 * 64 + 64 + 64 * 64 + 64 + 64 * 2 + 2) + (
+        4 * 64 + 64 + 64 * 64 + 64 + 64 + 1)
+    rows = list(csv.DictReader((out / "metrics.csv").open()))
+    assert len(rows) == 2 * 4096 // (8 * 128)
+    assert {r["seed"] for r in rows} == {"3", "4"}
+    for column in ("update", "env_steps", "return_mean", "approx_kl", "clip_frac", "entropy",
+                   "value_loss", "policy_loss"):
+        assert column in rows[0]
+    resolved = (out / ".hydra" / "config.yaml").read_text()
+    assert "num_envs: 8" in resolved
+    assert "compiled in" in proc.stdout and "final return" in proc.stdout
+
+
+def compose(*overrides: str):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        return hydra_compose(config_name="config", overrides=list(overrides))
+
+
+@pytest.mark.parametrize("override, fragment", [
+    ("algo.num_minibatches=3", "'ppo.num_minibatches' = 3"),
+    ("total_timesteps=100", "'total_timesteps' = 100"),
+    ("algo.lr=fast", "'ppo.lr' = 'fast'"),
+    ("algo.clip_eps=-0.1", "'ppo.clip_eps' = -0.1"),
+    ("algo.anneal_lr=1", "'ppo.anneal_lr' = 1"),
+    ("+algo.not_a_key=1", "unknown config key 'ppo.not_a_key'"),
+    ("network.activation=softsign", "'network.activation' = 'softsign'"),
+    ("progress.mode=loud", "'progress.mode' = 'loud'"),
+])
+def test_bad_values_fail_before_compiling_without_artifacts(tmp_path, override, fragment):
+    from purejaxrl_opt.train import run_from_config
+
+    with pytest.raises(ConfigError) as info:
+        run_from_config(compose(override), str(tmp_path))
+    assert fragment in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_value_from_the_command_line_exits_cleanly(tmp_path):
+    out = tmp_path / "bad"
+    proc = cli("algo.num_minibatches=3", "logger=none", f"hydra.run.dir={out}", timeout=120)
+    assert proc.returncode == 2
+    assert "configuration error" in proc.stderr and "num_minibatches" in proc.stderr
+    assert "Traceback" not in proc.stderr and "compiled" not in proc.stdout
+    assert not (out / "summary.json").exists() and not (out / "metrics.csv").exists()
+
+
+def test_unknown_algo_or_env_group_lists_options(tmp_path):
+    proc = cli("algo=nope", f"hydra.run.dir={tmp_path}", timeout=120)
+    assert proc.returncode != 0 and "algo/nope" in proc.stderr and "ppo" in proc.stderr
+    proc = cli("env=CartPole-v9", f"hydra.run.dir={tmp_path}", timeout=120)
+    assert proc.returncode != 0 and "CartPole-v1" in proc.stderr
+
+
+def test_unknown_top_level_key_is_refused():
+    with pytest.raises(ConfigError, match="unknown config key 'num_seed'"):
+        from_dictconfig({"algo": {"name": "ppo"}, "env": {"id": "CartPole-v1"}, "num_seed": 3})
+
+
+def test_validation_messages_name_key_value_and_allowed():
+    run = RunConfig(algo=PPOConfig(num_minibatches=5), env=EnvConfig(id="CartPole-v1"))
+    with pytest.raises(ConfigError) as info:
+        run.validate()
+    text = str(info.value)
+    assert "num_minibatches" in text and "5" in text and "divisor" in text and "512" in text
+    with pytest.raises(ConfigError, match="env.id"):
+        RunConfig(algo=PPOConfig(), env=EnvConfig(id="Nope-v0")).validate()
+    with pytest.raises(ConfigError, match="env.params.not_a_field"):
+        from purejaxrl_opt import envs
+
+        envs.make("CartPole-v1", {"not_a_field": 1})
