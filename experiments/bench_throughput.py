@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from purejaxrl_opt import algos, envs, rollout
 from purejaxrl_opt.algos.base import init_loop, run_updates
 from purejaxrl_opt.config import ALGO_CONFIGS, EnvConfig, RunConfig
+from purejaxrl_opt.networks import Critic
 from purejaxrl_opt.runner import lane_hparams, lane_keys
 
 
@@ -90,6 +91,36 @@ def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, la
     act_fn = jax.jit(jax.vmap(_act))
     result["acting_steps_per_s"] = steps / _time(lambda: act_fn(loops).block_until_ready(), repeats)
 
+    # (b') acting as most JAX PPO code does it: actor *and* critic forward every env step. Not what
+    # our rollout does (values are computed once per batch afterwards); reported only so that our
+    # ratios can be compared with figures quoted against that baseline.
+    def _act_with_critic(loop):
+        state = loop.algo_state
+        critic = Critic(spec, run.network)
+
+        def _actor_and_critic(params, obs):
+            return {**ppo.actor_fn(params["actor"], obs),
+                    "_": critic.apply(params["critic"], obs)}
+
+        class _Dist:  # samples from the actor's output, ignores the value
+            def sample(self, key, p):
+                return ppo.dist.sample(key, {k: v for k, v in p.items() if k != "_"})
+
+            def log_prob(self, p, a):
+                return ppo.dist.log_prob({k: v for k, v in p.items() if k != "_"}, a) + 0 * p["_"]
+
+        def _body(carry, key):
+            carry, _, stats = rollout.collect(env, env_params, spec, _Dist(), _actor_and_critic,
+                                              state.params, state.obs_norm, carry, key, num_steps)
+            return carry, stats.return_sum
+
+        _, sums = jax.lax.scan(_body, state.env, jax.random.split(state.key, num_updates))
+        return sums.sum()
+
+    act_critic_fn = jax.jit(jax.vmap(_act_with_critic))
+    result["acting_with_critic_steps_per_s"] = steps / _time(
+        lambda: act_critic_fn(loops).block_until_ready(), repeats)
+
     # (c) training, per algorithm, same rollout shape
     for name in algo_names:
         overrides = {"num_envs": num_envs, "num_steps": num_steps} if name != "grpo" else {}
@@ -111,6 +142,7 @@ def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, la
         result[f"{name}_steps_per_s"] = rate
         result[f"{name}_over_random"] = rate / result["random_steps_per_s"]
         result[f"{name}_over_acting"] = rate / result["acting_steps_per_s"]
+        result[f"{name}_over_acting_with_critic"] = rate / result["acting_with_critic_steps_per_s"]
     return result
 
 
@@ -134,10 +166,12 @@ def main() -> None:
                           args.repeats)
         results.append(res)
         line = (f"{args.env} envs={num_envs} steps={args.num_steps} lanes={args.lanes}: "
-                f"random {res['random_steps_per_s']:,.0f}/s  acting {res['acting_steps_per_s']:,.0f}/s")
+                f"random {res['random_steps_per_s']:,.0f}/s  acting {res['acting_steps_per_s']:,.0f}/s"
+                f"  acting+critic {res['acting_with_critic_steps_per_s']:,.0f}/s")
         for name in args.algos:
             line += (f"  {name} {res[f'{name}_steps_per_s']:,.0f}/s (c/a {res[f'{name}_over_random']:.3f},"
-                     f" c/b {res[f'{name}_over_acting']:.3f})")
+                     f" c/b {res[f'{name}_over_acting']:.3f},"
+                     f" c/b' {res[f'{name}_over_acting_with_critic']:.3f})")
         print(line, flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
