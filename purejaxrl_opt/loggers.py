@@ -1,13 +1,17 @@
 """Log sinks, all fed from the same host-side metrics pytree (never from inside jit).
 
-A sink implements ``start(run, algo, out_dir)``, ``compiled(seconds)``,
-``progress(metrics, updates_done, num_updates, seconds)`` and ``finish(summary, metrics, out_dir)``;
-``metrics`` is ``name -> [lanes, num_updates]`` (NaN where not yet written or undefined).
+A sink implements ``start(run, algo, out_dir, lanes=, plan=, start_update=)``, ``compiled(seconds)``,
+``progress(metrics, updates_done, num_updates, seconds, start_update=)`` and
+``finish(summary, metrics, out_dir)``; ``metrics`` is ``name -> [lanes, num_updates]`` (NaN where not
+yet written or undefined); ``lanes`` are :class:`purejaxrl_opt.sweep.Lane` (seed, sweep config);
+``start_update`` > 0 when the run was resumed from a checkpoint.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,9 +22,10 @@ from purejaxrl_opt.config import ConfigError
 
 
 class Sink:
-    def start(self, run, algo, out_dir: Path) -> None: ...
+    def start(self, run, algo, out_dir: Path, lanes=None, plan=None, start_update: int = 0) -> None: ...
     def compiled(self, seconds: float) -> None: ...
-    def progress(self, metrics: dict, updates_done: int, num_updates: int, seconds: float) -> None: ...
+    def progress(self, metrics: dict, updates_done: int, num_updates: int, seconds: float,
+                 start_update: int = 0) -> None: ...
     def finish(self, summary: dict, metrics: dict, out_dir: Path) -> None: ...
 
 
@@ -40,22 +45,28 @@ class Console(Sink):
     def _print(self, text: str, end: str = "\n") -> None:
         print(text, end=end, file=self.stream, flush=True)
 
-    def start(self, run, algo, out_dir):
+    def start(self, run, algo, out_dir, lanes=None, plan=None, start_update=0):
         from purejaxrl_opt.runner import describe_device
 
-        self._print(f"[purejaxrl_opt] {run.algo.name} on {run.env.id}: {run.num_seeds} seed(s) "
+        configs = f"{plan.num_configs} config(s) ({plan.mode} over {', '.join(plan.keys)}) x " if plan else ""
+        self._print(f"[purejaxrl_opt] {run.algo.name} on {run.env.id}: {configs}{run.num_seeds} seed(s) "
                     f"x {run.total_timesteps:,} env steps ({algo.num_updates} updates) "
                     f"on {describe_device()} -> {out_dir}")
+        if start_update:
+            self._print(f"[purejaxrl_opt] resuming from the checkpoint at update {start_update}")
 
     def compiled(self, seconds):
         self._print(f"[purejaxrl_opt] compiled in {seconds:.1f}s")
 
-    def progress(self, metrics, updates_done, num_updates, seconds):
+    def progress(self, metrics, updates_done, num_updates, seconds, start_update=0):
         if self.mode == "off":
             return
-        steps = float(np.nansum(np.asarray(metrics["env_steps"])[:, updates_done - 1]))
+        env_steps = np.asarray(metrics["env_steps"])
+        steps = float(np.nansum(env_steps[:, updates_done - 1]))
+        if start_update > 0:  # rate and ETA of this process only
+            steps -= float(np.nansum(env_steps[:, start_update - 1]))
         rate = steps / max(seconds, 1e-9)
-        eta = seconds * (num_updates - updates_done) / max(updates_done, 1)
+        eta = seconds * (num_updates - updates_done) / max(updates_done - start_update, 1)
         text = (f"update {updates_done}/{num_updates}  return {_recent_return(metrics, updates_done):.2f}"
                 f"  {rate:,.0f} steps/s  eta {eta:.0f}s")
         if self.mode == "bar":
@@ -66,66 +77,106 @@ class Console(Sink):
             self._print(f"[purejaxrl_opt] {text}")
 
     def finish(self, summary, metrics, out_dir):
+        for config in summary.get("sweep", {}).get("configs", []):
+            values = ", ".join(f"{k}={v:g}" for k, v in config["values"].items())
+            self._print(f"[purejaxrl_opt]   config {config['config']} ({values}): final return "
+                        f"{config['final_return_mean']:.2f} ± {config['final_return_std']:.2f}")
+        lanes = "seed(s)" if "sweep" not in summary else f"lanes ({summary['num_seeds']} seed(s) per config)"
         self._print(
             f"[purejaxrl_opt] final return {summary['final_return_mean']:.2f} "
-            f"± {summary['final_return_std']:.2f} over {summary['num_seeds']} seed(s); "
+            f"± {summary['final_return_std']:.2f} over {summary['num_lanes']} {lanes}; "
             f"{summary['env_steps_per_second']:,.0f} env steps/s (compile {summary['compile_seconds']:.1f}s, "
             f"run {summary['run_seconds']:.1f}s); results in {out_dir}")
 
 
 class WandB(Sink):
-    """Weights & Biases: config, per-lane per-update metrics, summary; offline mode needs no network.
+    """Weights & Biases: config, per-lane per-update metrics, summary and the learning-curve PNG.
 
-    One W&B run per job; per-lane curves are logged as ``seed_<s>/<metric>`` and their mean as
-    ``mean/<metric>`` against ``update``; ``group`` ties the jobs of one sweep together.
+    One W&B run per job. Per-lane curves are logged as ``<lane>/<metric>`` (``seed_3/return_mean``,
+    or ``cfg1_seed_3/return_mean`` in an in-compile sweep) and their mean and std over the lanes as
+    ``mean/<metric>`` and ``std/<metric>`` (per config in a sweep: ``cfg1/mean/<metric>``), all
+    against ``update``. ``group`` ties the jobs of one Hydra sweep together (the train entry point
+    sets it to the sweep dir in multirun mode). Everything is logged from the host-side metrics after
+    training; offline mode needs no network and no API key (sync later with ``wandb sync``).
     """
 
     MODES = ("online", "offline", "disabled")
 
     def __init__(self, project: str = "purejaxrl_opt", entity: str | None = None, mode: str = "offline",
                  group: str | None = None, tags: list[str] | None = None, dir: str | None = None,
-                 name: str | None = None):
+                 name: str | None = None, offline_fallback: bool = False):
         if mode not in self.MODES:
             raise ConfigError(f"config key 'logger.mode' = {mode!r} is invalid: must be one of "
                               f"{list(self.MODES)}")
-        if mode == "online":
-            _require_wandb_credentials()
+        if mode == "online" and not _has_wandb_credentials():
+            if not offline_fallback:
+                raise ConfigError(
+                    "config key 'logger.mode' = 'online' needs W&B credentials (WANDB_API_KEY or "
+                    "`wandb login`); use logger.mode=offline to log without a network, or "
+                    "logger.offline_fallback=true to fall back to offline when no key is found")
+            print("[purejaxrl_opt] no W&B credentials found: logging offline "
+                  "(logger.offline_fallback=true); sync later with `wandb sync`", file=sys.stderr)
+            mode = "offline"
         self.kwargs = dict(project=project, entity=entity, mode=mode, group=group, tags=tags,
                            dir=dir, name=name)
         self.wandb_run = None
 
-    def start(self, run, algo, out_dir):
+    def start(self, run, algo, out_dir, lanes=None, plan=None, start_update=0):
         import wandb
+
         from purejaxrl_opt.runner import config_dict
+        from purejaxrl_opt.sweep import lanes as make_lanes
 
         kwargs = {k: v for k, v in self.kwargs.items() if v is not None}
-        kwargs.setdefault("dir", str(out_dir))
+        if "dir" not in kwargs and not os.environ.get("WANDB_DIR"):
+            kwargs["dir"] = str(out_dir)
+        if "dir" in kwargs:
+            Path(kwargs["dir"]).mkdir(parents=True, exist_ok=True)
         kwargs.setdefault("name", f"{run.algo.name}-{run.env.id}-s{run.seed}")
         kwargs.setdefault("group", f"{run.algo.name}-{run.env.id}")
-        self.wandb_run = wandb.init(config=config_dict(run), **kwargs)
-        self.seeds = list(range(run.seed, run.seed + run.num_seeds))
+        config = config_dict(run)
+        if plan is not None:
+            config["sweep"] = plan.to_dict()
+        config["run_dir"] = str(out_dir)
+        self.wandb_run = wandb.init(config=config, **kwargs)
+        self.lanes = lanes or make_lanes(run, plan)
+        self.start_update = start_update
 
     def compiled(self, seconds):
         self.wandb_run.summary["compile_seconds"] = seconds
 
+    def _groups(self) -> dict[str, list[int]]:
+        """Lanes whose mean/std are logged together: all of them, or each sweep config's."""
+        if not any(lane.values for lane in self.lanes):
+            return {"": [lane.index for lane in self.lanes]}
+        configs = sorted({lane.config for lane in self.lanes})
+        return {f"cfg{c}/": [lane.index for lane in self.lanes if lane.config == c] for c in configs}
+
     def finish(self, summary, metrics, out_dir):
         names = [n for n in metrics if n != "env_steps"]
-        lanes, num_updates = metrics["env_steps"].shape
+        num_updates = metrics["env_steps"].shape[1]
+        groups = self._groups()
         for update in range(num_updates):
             row: dict[str, Any] = {"update": update,
                                    "env_steps": float(np.nanmean(metrics["env_steps"][:, update]))}
             for name in names:
                 column = metrics[name][:, update]
-                for lane, seed in enumerate(self.seeds):
-                    if np.isfinite(column[lane]):
-                        row[f"seed_{seed}/{name}"] = float(column[lane])
-                if np.isfinite(column).any():
-                    row[f"mean/{name}"] = float(np.nanmean(column))
+                for lane in self.lanes:
+                    if np.isfinite(column[lane.index]):
+                        row[f"{lane.label}/{name}"] = float(column[lane.index])
+                for prefix, members in groups.items():
+                    values = column[members]
+                    if np.isfinite(values).any():
+                        row[f"{prefix}mean/{name}"] = float(np.nanmean(values))
+                        row[f"{prefix}std/{name}"] = float(np.nanstd(values))
             self.wandb_run.log(row, step=update)
         for key, value in summary.items():
             if isinstance(value, (int, float, str)):
                 self.wandb_run.summary[key] = value
         self.wandb_run.summary["final_return_per_seed"] = summary["final_return_per_seed"]
+        for config in summary.get("sweep", {}).get("configs", []):
+            for key in ("final_return_mean", "final_return_std", "final_return_ci95"):
+                self.wandb_run.summary[f"cfg{config['config']}/{key}"] = config[key]
         plot = Path(out_dir) / "learning_curve.png"
         if plot.exists():
             import wandb
@@ -134,20 +185,15 @@ class WandB(Sink):
         self.wandb_run.finish()
 
 
-def _require_wandb_credentials() -> None:
-    import os
-
+def _has_wandb_credentials() -> bool:
     if os.environ.get("WANDB_API_KEY"):
-        return
+        return True
     try:
         import wandb
 
-        if wandb.api.api_key:
-            return
+        return bool(wandb.api.api_key)
     except Exception:  # noqa: BLE001 - any failure to find a key means no key
-        pass
-    raise ConfigError("config key 'logger.mode' = 'online' needs W&B credentials (WANDB_API_KEY or "
-                      "`wandb login`); use logger.mode=offline to log without a network")
+        return False
 
 
 def make_loggers(cfg: dict, progress: str) -> list[Sink]:
@@ -163,6 +209,12 @@ def make_loggers(cfg: dict, progress: str) -> list[Sink]:
     if kind == "console":
         return [Console(progress)]
     if kind == "wandb":
+        allowed = sorted(inspect.signature(WandB.__init__).parameters)[:]
+        allowed.remove("self")
+        unknown = sorted(set(cfg) - set(allowed))
+        if unknown:
+            raise ConfigError(f"unknown config key 'logger.{unknown[0]}'; allowed keys of 'logger' "
+                              f"(wandb): {['kind'] + allowed}")
         return [Console(progress), WandB(**cfg)]
     raise ConfigError(f"config key 'logger.kind' = {kind!r} is invalid: must be one of "
                       "['none', 'console', 'wandb']")

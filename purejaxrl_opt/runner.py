@@ -1,10 +1,13 @@
 """Run one configuration: build, compile, train all lanes, evaluate, write artifacts.
 
-Lanes are independent agents trained by one compiled function: ``num_seeds`` seeds (lane ``i`` uses
-``PRNGKey(seed + i)``, so lane ``i`` of a multi-seed run is the run with ``seed=seed+i``). Training
-runs as jitted chunks of updates (one compile serves every chunk length) so progress can be reported
-between chunks; the next chunk is dispatched before the previous one's progress is read, so the host
-never stalls the device. Outputs are bitwise identical for any chunking (tested).
+Lanes are independent agents trained by one compiled function: ``num_seeds`` seeds, times the
+configs of an in-compile sweep (:mod:`purejaxrl_opt.sweep`; config-major, lane ``c * num_seeds + s``).
+Seed lane ``s`` uses ``PRNGKey(seed + s)`` in every config, so lane ``s`` of a multi-seed run is the
+run with ``seed=seed+s``. Training runs as jitted chunks of updates (one compile serves every chunk
+length, the bounds are traced) so progress can be reported and checkpoints saved between chunks; the
+next chunk is dispatched before the previous one is read or saved, so the host never stalls the
+device. Chunk boundaries include every checkpoint update, and outputs are bitwise identical for any
+chunking, with or without checkpoints, and after a resume (tested).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from purejaxrl_opt import algos
+from purejaxrl_opt import algos, checkpoint, sweep
 from purejaxrl_opt.algos.base import Algorithm, Loop, evaluate_loop, init_loop, run_updates
 from purejaxrl_opt.config import RunConfig
 from purejaxrl_opt.networks import count_params
@@ -38,6 +41,17 @@ class RunResult:
     eval_returns: np.ndarray  # [lanes, eval_episodes]
 
 
+@dataclass(frozen=True)
+class CheckpointSettings:
+    every_updates: int = 0  # save every N updates (0 = never)
+    final: bool = True  # save after the last update (what `purejaxrl_opt.evaluate` loads)
+    keep: int | None = None  # keep only the newest K checkpoints (None = all)
+
+    @property
+    def enabled(self) -> bool:
+        return self.every_updates > 0 or self.final
+
+
 def lane_keys(seed: int, num_seeds: int) -> jax.Array:
     return jax.vmap(jax.random.PRNGKey)(jnp.arange(seed, seed + num_seeds, dtype=jnp.uint32))
 
@@ -47,16 +61,21 @@ def lane_hparams(algo: Algorithm, num_lanes: int) -> dict:
                                   algo.default_hparams())
 
 
+def loop_shape(algo: Algorithm, keys, hparams) -> Loop:
+    """Shapes and dtypes of the lane-vmapped training state (traced, nothing compiled)."""
+    return jax.eval_shape(jax.vmap(partial(init_loop, algo)), keys, hparams)
+
+
 class Compiled:
     """The three jitted, lane-vmapped pieces of a run, compiled ahead of time."""
 
     def __init__(self, algo: Algorithm, keys: jax.Array, hparams: dict):
         start = time.perf_counter()
         self.init = jax.jit(jax.vmap(partial(init_loop, algo))).lower(keys, hparams).compile()
-        loop_shape = jax.eval_shape(jax.vmap(partial(init_loop, algo)), keys, hparams)
+        shape = loop_shape(algo, keys, hparams)
         self.updates = jax.jit(jax.vmap(partial(run_updates, algo), in_axes=(0, None, None))).lower(
-            loop_shape, jnp.int32(0), jnp.int32(1)).compile()
-        self.evaluate = jax.jit(jax.vmap(partial(evaluate_loop, algo))).lower(loop_shape).compile()
+            shape, jnp.int32(0), jnp.int32(1)).compile()
+        self.evaluate = jax.jit(jax.vmap(partial(evaluate_loop, algo))).lower(shape).compile()
         self.seconds = time.perf_counter() - start
 
 
@@ -69,63 +88,149 @@ def chunk_sizes(num_updates: int, num_chunks: int) -> list[int]:
     return sizes
 
 
+def chunk_stops(num_updates: int, num_chunks: int, checkpoint_every: int = 0, start: int = 0) -> list[int]:
+    """Update counts after which a chunk ends: the ``num_chunks`` progress grid (:func:`chunk_sizes`),
+    every multiple of ``checkpoint_every``, and the end; only those after ``start``."""
+    stops = set(np.cumsum(chunk_sizes(num_updates, num_chunks)).tolist())
+    if checkpoint_every > 0:
+        stops |= set(range(checkpoint_every, num_updates, checkpoint_every))
+    return sorted(s for s in stops | {num_updates} if s > start)
+
+
 def train_lanes(compiled: Compiled, keys, hparams, num_updates: int, num_chunks: int,
-                on_chunk=None) -> tuple[Loop, float]:
-    """Run every update in chunks; ``on_chunk(loop, updates_done, seconds)`` after each chunk."""
+                on_chunk=None, *, loop: Loop | None = None, checkpoint_every: int = 0,
+                on_checkpoint=None) -> tuple[Loop, float]:
+    """Run every update in chunks, from ``loop`` (a restored state) or from a fresh init.
+
+    ``on_chunk(metrics, updates_done, seconds)`` runs after each chunk with host metrics;
+    ``on_checkpoint(loop, updates_done)`` after each chunk ending on a multiple of
+    ``checkpoint_every`` and after the last one. Both run once the *next* chunk is dispatched.
+    """
     start = time.perf_counter()
-    loop = compiled.init(keys, hparams)
-    done = 0
-    pending = None  # (loop, done) of the previous chunk, read after the next one is dispatched
-    for size in chunk_sizes(num_updates, num_chunks):
-        loop = compiled.updates(loop, jnp.int32(done), jnp.int32(done + size))
-        done += size
+    if loop is None:
+        loop, done = compiled.init(keys, hparams), 0
+    else:
+        done = int(np.asarray(loop.update_idx).reshape(-1)[0])
+    callbacks = on_chunk is not None or on_checkpoint is not None
+
+    def _after(chunk_loop: Loop, updates_done: int) -> None:
         if on_chunk is not None:
+            metrics = jax.device_get(chunk_loop.metrics)  # waits for this chunk only
+            on_chunk(metrics, updates_done, time.perf_counter() - start)
+        if on_checkpoint is not None and (updates_done == num_updates or (
+                checkpoint_every > 0 and updates_done % checkpoint_every == 0)):
+            on_checkpoint(chunk_loop, updates_done)
+
+    pending = None  # (loop, done) of the previous chunk, handled after the next one is dispatched
+    stops = chunk_stops(num_updates, num_chunks if callbacks else 1, checkpoint_every, done)
+    for stop in stops:
+        loop = compiled.updates(loop, jnp.int32(done), jnp.int32(stop))
+        done = stop
+        if callbacks:
             if pending is not None:
-                on_chunk(*pending, time.perf_counter() - start)
-            pending = (loop.metrics, done)
+                _after(*pending)
+            pending = (loop, done)
     jax.block_until_ready(loop)
-    if on_chunk is not None and pending is not None:
-        on_chunk(*pending, time.perf_counter() - start)
+    if pending is not None:
+        _after(*pending)
     return loop, time.perf_counter() - start
 
 
-def execute(run: RunConfig, out_dir: str | os.PathLike, loggers=(), num_chunks: int = 1) -> RunResult:
-    """Train ``run.num_seeds`` lanes of ``run`` and write ``metrics.csv`` and ``summary.json``."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    algo = algos.make_algorithm(run)
-    keys = lane_keys(run.seed, run.num_seeds)
-    hparams = lane_hparams(algo, run.num_seeds)
-    for logger in loggers:
-        logger.start(run, algo, out_dir)
+def execute(run: RunConfig, out_dir: str | os.PathLike, loggers=(), num_chunks: int = 1,
+            plan: sweep.SweepPlan | None = None, checkpoints: CheckpointSettings | None = None,
+            resume: bool = False) -> RunResult:
+    """Train every lane of ``run`` (x ``plan``'s configs) and write ``metrics.csv``, ``summary.json``
+    and ``learning_curve.png`` into ``out_dir``.
 
+    ``checkpoints`` (default: none) saves the training state into ``out_dir/checkpoints``;
+    ``resume`` continues from the latest checkpoint there. Every check that can fail on bad input
+    (no checkpoint, a mismatching or corrupt one, a fresh run over existing checkpoints) runs before
+    anything is compiled or written.
+    """
+    out_dir = Path(out_dir)
+    algo = algos.make_algorithm(run)
+    lanes = sweep.lanes(run, plan)
+    keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray([lane.seed for lane in lanes], jnp.uint32))
+    hparams = {k: jnp.asarray(v) for k, v in sweep.lane_hparams(run, plan).items()}
+    shape = loop_shape(algo, keys, hparams)
+    checkpoints = checkpoints or CheckpointSettings(every_updates=0, final=False)
+    fingerprint = checkpoint.fingerprint(run, plan, shape)
+    restored, start_update = None, 0
+    if resume:
+        restored, start_update = checkpoint.restore(out_dir, fingerprint, shape)
+    elif checkpoints.enabled and checkpoint.available_steps(out_dir):
+        raise checkpoint.CheckpointError(
+            f"{checkpoint.checkpoint_dir(out_dir)} already holds checkpoints "
+            f"{checkpoint.available_steps(out_dir)}; continue that run with resume={out_dir} or "
+            "choose another run dir (nothing was overwritten)")
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for logger in loggers:
+        logger.start(run, algo, out_dir, lanes=lanes, plan=plan, start_update=start_update)
     compiled = Compiled(algo, keys, hparams)
     for logger in loggers:
         logger.compiled(compiled.seconds)
 
     def on_chunk(metrics, updates_done, seconds):
         for logger in loggers:
-            logger.progress(metrics, updates_done, algo.num_updates, seconds)
+            logger.progress(metrics, updates_done, algo.num_updates, seconds, start_update=start_update)
 
-    loop, run_seconds = train_lanes(compiled, keys, hparams, algo.num_updates, num_chunks, on_chunk)
+    evaluation = {k: getattr(run, k) for k in checkpoint.EVAL_ONLY_KEYS}  # defaults of the evaluate CLI
+    saver = (checkpoint.Checkpointer(out_dir, fingerprint, checkpoints.keep, {"evaluation": evaluation})
+             if checkpoints.enabled else None)
+
+    def on_checkpoint(loop, updates_done):
+        if updates_done < algo.num_updates or checkpoints.final or (
+                checkpoints.every_updates and updates_done % checkpoints.every_updates == 0):
+            saver.save(loop, updates_done)
+
+    try:
+        loop, run_seconds = train_lanes(
+            compiled, keys, hparams, algo.num_updates, num_chunks, on_chunk, loop=restored,
+            checkpoint_every=checkpoints.every_updates,
+            on_checkpoint=on_checkpoint if saver is not None else None)
+    finally:
+        if saver is not None:
+            saver.close()
     eval_returns = np.asarray(compiled.evaluate(loop))
     metrics = jax.tree_util.tree_map(np.asarray, loop.metrics)
     num_params = count_params(jax.tree_util.tree_map(lambda x: x[0], algo.param_fn(loop.algo_state)))
-    summary = make_summary(run, algo, metrics, eval_returns, compiled.seconds, run_seconds, num_params)
-    write_metrics_csv(out_dir / "metrics.csv", run, metrics, hparams)
+    summary = make_summary(run, algo, metrics, eval_returns, compiled.seconds, run_seconds, num_params,
+                           lanes=lanes, plan=plan, start_update=start_update)
+    write_metrics_csv(out_dir / "metrics.csv", run, metrics, hparams, lanes=lanes, plan=plan)
     write_json_atomic(out_dir / "summary.json", summary)
+    _plot_learning_curve(out_dir, summary, metrics)
     for logger in loggers:
         logger.finish(summary, metrics, out_dir)
     return RunResult(summary, loop, eval_returns)
 
 
+def _plot_learning_curve(out_dir: Path, summary: dict, metrics: dict) -> None:
+    from purejaxrl_opt import report
+
+    try:
+        report.plot_learning_curves(report.groups_from_run(summary, metrics), out_dir / "learning_curve.png")
+    except Exception as error:  # noqa: BLE001 - a plot must never cost a finished run its results
+        print(f"[purejaxrl_opt] could not plot the learning curve: {error}")
+
+
+def _aggregate(per_seed: np.ndarray) -> dict:
+    n = per_seed.shape[0]
+    std = float(per_seed.std(ddof=1)) if n > 1 else 0.0
+    return {"final_return_mean": float(per_seed.mean()), "final_return_std": std,
+            "final_return_ci95": float(1.96 * std / math.sqrt(n)) if n > 1 else 0.0}
+
+
 def make_summary(run: RunConfig, algo: Algorithm, metrics: dict, eval_returns: np.ndarray,
-                 compile_seconds: float, run_seconds: float, num_params: int) -> dict:
-    per_seed = eval_returns.mean(axis=1)
+                 compile_seconds: float, run_seconds: float, num_params: int,
+                 lanes: list | None = None, plan: sweep.SweepPlan | None = None,
+                 start_update: int = 0) -> dict:
+    """``final_return_*`` aggregate every lane; with a sweep, ``sweep.configs`` has them per config."""
+    per_lane = eval_returns.mean(axis=1)
     env_steps = metrics["env_steps"][:, -1]  # cumulative, per lane
-    lanes = per_seed.shape[0]
-    std = float(per_seed.std(ddof=1)) if lanes > 1 else 0.0
-    return {
+    # a resumed run's timing covers only the updates this process ran
+    steps_before = metrics["env_steps"][:, start_update - 1] if start_update > 0 else 0.0
+    summary = {
         "algo": run.algo.name,
         "env": run.env.id,
         "seed": run.seed,
@@ -134,23 +239,37 @@ def make_summary(run: RunConfig, algo: Algorithm, metrics: dict, eval_returns: n
         "total_timesteps": run.total_timesteps,
         "num_updates": algo.num_updates,
         "env_steps": int(env_steps.mean()),
-        "env_steps_per_seed": [int(x) for x in env_steps],
-        "final_return_mean": float(per_seed.mean()),
-        "final_return_std": std,
-        "final_return_ci95": float(1.96 * std / math.sqrt(lanes)) if lanes > 1 else 0.0,
-        "final_return_per_seed": [float(x) for x in per_seed],
+        "env_steps_per_seed": [int(x) for x in env_steps],  # per lane
+        **_aggregate(per_lane),
+        "final_return_per_seed": [float(x) for x in per_lane],  # per lane
         "eval_episodes": run.eval_episodes,
         "eval_deterministic": run.eval_deterministic,
         "compile_seconds": round(compile_seconds, 3),
         "run_seconds": round(run_seconds, 3),
         # all lanes together, compile excluded
-        "env_steps_per_second": float(env_steps.sum() / run_seconds),
+        "env_steps_per_second": float(np.sum(env_steps - steps_before) / max(run_seconds, 1e-9)),
         "num_params": num_params,
         "hparams": {k: getattr(run.algo, k) for k in run.algo.SWEEPABLE},
+        "num_lanes": int(per_lane.shape[0]),
+        "resumed_from_update": start_update,
+        "config": config_dict(run),
         "device": describe_device(),
         "jax_version": jax.__version__,
         "host": platform.node(),
     }
+    if plan is not None:
+        lanes = lanes or sweep.lanes(run, plan)
+        configs = []
+        for index, values in enumerate(plan.configs):
+            members = [lane.index for lane in lanes if lane.config == index]
+            configs.append({"config": index, "values": dict(values), **_aggregate(per_lane[members]),
+                            "final_return_per_seed": [float(per_lane[m]) for m in members],
+                            "env_steps_per_seed": [int(env_steps[m]) for m in members]})
+        summary["sweep"] = {**plan.to_dict(), "num_configs": plan.num_configs,
+                            "lanes": [{"lane": lane.index, "config": lane.config, "seed": lane.seed,
+                                       **lane.values} for lane in lanes],
+                            "configs": configs}
+    return summary
 
 
 def describe_device() -> str:
@@ -158,17 +277,26 @@ def describe_device() -> str:
     return f"{len(devices)}x {devices[0].device_kind} ({devices[0].platform})"
 
 
-def write_metrics_csv(path: Path, run: RunConfig, metrics: dict, hparams: dict) -> None:
-    """One row per (seed, update); swept hyperparameter values per lane go in extra columns."""
+def write_metrics_csv(path: Path, run: RunConfig, metrics: dict, hparams: dict,
+                      lanes: list | None = None, plan: sweep.SweepPlan | None = None) -> None:
+    """One row per (lane, update), lane-major; swept hyperparameter values per lane go in extra
+    columns (named like the hyperparameter, e.g. ``lr``; the values as given in the sweep)."""
     names = ["env_steps"] + sorted(k for k in metrics if k != "env_steps")
-    swept = sorted(k for k, v in hparams.items() if np.unique(np.asarray(v)).size > 1)
-    lanes, num_updates = metrics["env_steps"].shape
-    hp = {k: np.asarray(hparams[k]) for k in swept}
+    lanes_n, num_updates = metrics["env_steps"].shape
+    if plan is not None:
+        lanes = lanes or sweep.lanes(run, plan)
+        swept = list(plan.hparam_names)
+        hp = {name: [lane.values[key] for lane in lanes] for name, key in zip(swept, plan.keys)}
+        seeds = [lane.seed for lane in lanes]
+    else:
+        swept = sorted(k for k, v in hparams.items() if np.unique(np.asarray(v)).size > 1)
+        hp = {k: [float(x) for x in np.asarray(hparams[k])] for k in swept}
+        seeds = [lane.seed for lane in lanes] if lanes else [run.seed + i for i in range(lanes_n)]
 
     def _rows():
-        for lane in range(lanes):
+        for lane in range(lanes_n):
             for update in range(num_updates):
-                yield ([run.seed + lane, update] + [float(hp[k][lane]) for k in swept]
+                yield ([seeds[lane], update] + [_fmt(hp[k][lane]) for k in swept]
                        + [_fmt(metrics[n][lane, update]) for n in names])
 
     with _atomic(path) as handle:

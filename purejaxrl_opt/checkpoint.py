@@ -1,0 +1,249 @@
+"""Save and restore the complete training state of a run (the lane-vmapped ``Loop``) with orbax.
+
+A checkpoint is ``RUN_DIR/checkpoints/<update>/`` written by an orbax ``CheckpointManager``: orbax
+writes into a temporary directory and renames it only once every file is written, so a crash (even
+SIGKILL) mid-save leaves no directory that looks like a finished checkpoint. Each holds two items:
+
+* ``state`` -- every leaf of the ``Loop`` (params, optimizer states, env states, RNG keys, update
+  counter, the metrics buffer so far, the per-lane hyperparameters) as host arrays named
+  ``leaf_0000 ...``; the pytree structure is not stored, it is rebuilt from the config, which is what
+  makes a mismatch detectable;
+* ``manifest`` -- JSON: the update counter, a *fingerprint* of everything that determines the
+  training program (the run config minus evaluation-only keys, the sweep plan, every leaf's path,
+  shape and dtype) and a SHA-256 of every leaf, checked on restore (a truncated or flipped file is
+  reported as corrupt instead of resuming from garbage).
+
+Restoring refuses, with the differing keys named, a checkpoint from another algorithm, env, network
+shape, sweep or any other config difference; nothing is written or deleted when it refuses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+FORMAT = 1
+DIRNAME = "checkpoints"
+# keys of the run config that only affect the final evaluation, not the training state
+EVAL_ONLY_KEYS = ("eval_episodes", "eval_deterministic")
+
+
+class CheckpointError(ValueError):
+    """No checkpoint where one is needed, a checkpoint that does not match the run, or a corrupt one."""
+
+
+def _quiet_orbax() -> None:
+    # orbax logs every save/restore at INFO/WARNING through absl; the runner prints its own lines
+    for name in ("absl", "orbax", "orbax.checkpoint"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _ocp():
+    import orbax.checkpoint as ocp
+
+    _quiet_orbax()
+    return ocp
+
+
+def checkpoint_dir(run_dir: str | os.PathLike) -> Path:
+    return Path(run_dir).absolute() / DIRNAME
+
+
+def _leaf_paths(tree) -> list[str]:
+    return [jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+def _digest(array: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
+
+
+def fingerprint(run, plan, loop_shape) -> dict:
+    """Everything that must match for a checkpoint to continue this run bitwise."""
+    config = asdict(run)
+    for key in EVAL_ONLY_KEYS:
+        config.pop(key, None)
+    leaves = jax.tree_util.tree_leaves(loop_shape)
+    structure = {path: [list(leaf.shape), str(leaf.dtype)]
+                 for path, leaf in zip(_leaf_paths(loop_shape), leaves)}
+    # through JSON so tuples compare equal to the lists read back from a manifest
+    import json
+
+    return json.loads(json.dumps({"config": config, "sweep": plan.to_dict() if plan else None,
+                                  "structure": structure}))
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict):
+        out = {}
+        for key, value in data.items():
+            out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out or {prefix: {}}
+    return {prefix: data}
+
+
+def _importance(key: str) -> tuple:
+    """Algorithm and env first: a different algo also differs in most ``algo.*`` keys."""
+    return (key not in ("algo.name", "env.id"), key)
+
+
+def mismatches(saved: dict, current: dict) -> list[str]:
+    """``'key: checkpoint has A, this run has B'`` for every differing fingerprint key.
+
+    Config and sweep differences come first, named by their config key (``network.hidden_sizes``);
+    array shapes are only listed when nothing else explains them.
+    """
+    missing = object()
+    show = lambda v: "nothing" if v is missing else repr(v)  # noqa: E731
+
+    def _diff(a: dict, b: dict, prefix: str = "") -> list[str]:
+        a, b = _flatten(a, prefix), _flatten(b, prefix)
+        return [f"{key}: checkpoint has {show(a.get(key, missing))}, this run has {show(b.get(key, missing))}"
+                for key in sorted(set(a) | set(b), key=_importance) if a.get(key, missing) != b.get(key, missing)]
+
+    lines = _diff(saved.get("config", {}), current.get("config", {}))
+    if saved.get("sweep") != current.get("sweep"):
+        lines.append(f"sweep: checkpoint has {saved.get('sweep')!r}, this run has {current.get('sweep')!r}")
+    shapes = [f"array {path}: checkpoint has {show(saved.get('structure', {}).get(path, missing))}, "
+              f"this run has {show(current.get('structure', {}).get(path, missing))}"
+              for path in sorted(set(saved.get("structure", {})) | set(current.get("structure", {})))
+              if saved.get("structure", {}).get(path) != current.get("structure", {}).get(path)]
+    if shapes and lines:
+        lines.append(f"... so {len(shapes)} array(s) of the training state differ in shape or dtype")
+    else:
+        lines += shapes
+    return lines
+
+
+def available_steps(run_dir: str | os.PathLike) -> list[int]:
+    """Finished checkpoints (orbax renames a checkpoint into place only once it is complete)."""
+    directory = checkpoint_dir(run_dir)
+    if not directory.is_dir():
+        return []
+    return sorted(int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit())
+
+
+class Checkpointer:
+    """Writes checkpoints of one run; saves are asynchronous (training goes on while files are written)."""
+
+    def __init__(self, run_dir: str | os.PathLike, fingerprint: dict, keep: int | None = None,
+                 extra: dict | None = None):
+        ocp = _ocp()
+        self.fingerprint = fingerprint
+        self.extra = dict(extra or {})  # more manifest entries (e.g. the run's evaluation settings)
+        self.directory = checkpoint_dir(run_dir)
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True)
+        self.manager = ocp.CheckpointManager(self.directory, options=options,
+                                             item_names=("state", "manifest"))
+        self.saved: list[int] = []
+
+    def save(self, loop, update_idx: int) -> None:
+        ocp = _ocp()
+        if update_idx in available_steps(self.directory.parent):
+            return  # e.g. resuming a finished run: the final checkpoint is already there
+        host = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(jax.device_get(loop))]
+        paths = list(self.fingerprint["structure"])
+        manifest = {
+            "format": FORMAT,
+            "update_idx": int(update_idx),
+            "fingerprint": self.fingerprint,
+            "digests": {path: _digest(a) for path, a in zip(paths, host)},
+            "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "jax_version": jax.__version__,
+            **self.extra,
+        }
+        state = {f"leaf_{i:04d}": a for i, a in enumerate(host)}
+        self.manager.save(update_idx, args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state), manifest=ocp.args.JsonSave(manifest)))
+        self.saved.append(int(update_idx))
+
+    def close(self) -> None:
+        self.manager.wait_until_finished()
+        self.manager.close()
+
+
+def _manager(run_dir):
+    ocp = _ocp()
+    options = ocp.CheckpointManagerOptions(read_only=True, create=False)
+    return ocp.CheckpointManager(checkpoint_dir(run_dir), options=options,
+                                 item_names=("state", "manifest"))
+
+
+def _choose_step(run_dir, step: int | None) -> int:
+    steps = available_steps(run_dir)
+    if not steps:
+        raise CheckpointError(f"no checkpoint in {checkpoint_dir(run_dir)}: nothing to resume or "
+                              "evaluate (checkpoints are written with checkpoint.every_updates=N or "
+                              "checkpoint.final=true)")
+    if step is None:
+        return steps[-1]
+    if step not in steps:
+        raise CheckpointError(f"no checkpoint for update {step} in {checkpoint_dir(run_dir)}; "
+                              f"available: {steps}")
+    return step
+
+
+def read_manifest(run_dir: str | os.PathLike, step: int | None = None) -> tuple[int, dict]:
+    """``(step, manifest)`` of the latest (or the given) checkpoint of ``run_dir``."""
+    step = _choose_step(run_dir, step)
+    ocp = _ocp()
+    where = checkpoint_dir(run_dir) / str(step)
+    try:
+        manager = _manager(run_dir)
+        manifest = manager.restore(step, args=ocp.args.Composite(manifest=ocp.args.JsonRestore())).manifest
+        manager.close()
+    except Exception as error:  # noqa: BLE001 - any read failure means the checkpoint is unusable
+        raise CheckpointError(f"checkpoint {where} is corrupt or unreadable (manifest: {error}); "
+                              f"other checkpoints: {available_steps(run_dir)}") from error
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or "fingerprint" not in manifest:
+        raise CheckpointError(f"checkpoint {where} is corrupt or not a purejaxrl_opt checkpoint "
+                              "(manifest without format/fingerprint)")
+    return step, manifest
+
+
+def restore(run_dir: str | os.PathLike, expected_fingerprint: dict, loop_shape,
+            step: int | None = None) -> tuple[Any, int]:
+    """The training state saved at update ``step`` (default: the latest), as host arrays in the
+    structure of ``loop_shape``; refuses a checkpoint whose fingerprint differs from this run's."""
+    step, manifest = read_manifest(run_dir, step)
+    where = checkpoint_dir(run_dir) / str(step)
+    diff = mismatches(manifest["fingerprint"], expected_fingerprint)
+    if diff:
+        shown = "\n  ".join(diff[:12]) + (f"\n  ... and {len(diff) - 12} more" if len(diff) > 12 else "")
+        raise CheckpointError(
+            f"checkpoint {where} does not match this run's config ({len(diff)} difference(s)):\n  "
+            f"{shown}\nResume with the same config as the original run (its overrides are in "
+            f"{Path(run_dir) / '.hydra' / 'overrides.yaml'}). Nothing was written.")
+    leaves, treedef = jax.tree_util.tree_flatten(loop_shape)
+    paths = list(expected_fingerprint["structure"])
+    target = {f"leaf_{i:04d}": np.zeros(leaf.shape, leaf.dtype) for i, leaf in enumerate(leaves)}
+    ocp = _ocp()
+    try:
+        manager = _manager(run_dir)
+        state = manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(target))).state
+        manager.close()
+    except Exception as error:  # noqa: BLE001
+        raise CheckpointError(f"checkpoint {where} is corrupt or unreadable ({type(error).__name__}: "
+                              f"{error}); other checkpoints: {available_steps(run_dir)}") from error
+    host = [np.asarray(state[f"leaf_{i:04d}"]) for i in range(len(leaves))]
+    for path, array in zip(paths, host):
+        if _digest(array) != manifest["digests"].get(path):
+            raise CheckpointError(f"checkpoint {where} is corrupt: the data of leaf {path} does not "
+                                  "match the digest recorded when it was saved")
+    if int(manifest["update_idx"]) != step:
+        raise CheckpointError(f"checkpoint {where} is corrupt: its manifest says update "
+                              f"{manifest['update_idx']}")
+    loop = jax.tree_util.tree_unflatten(treedef, host)
+    counters = np.asarray(getattr(loop, "update_idx", step))
+    if not np.all(counters == step):
+        raise CheckpointError(f"checkpoint {where} is corrupt: its update counters {counters.tolist()} "
+                              f"are not {step}")
+    return loop, step

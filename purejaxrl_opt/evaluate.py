@@ -1,0 +1,215 @@
+"""Evaluate a saved policy: load a run's checkpoint, play N episodes per lane, write the returns.
+
+    python -m purejaxrl_opt.evaluate RUN_DIR [--episodes N] [--step UPDATE] [--stochastic]
+                                     [--out PATH] [--gif PATH [--lane L]]
+
+Loads the final (or ``--step``) checkpoint of ``RUN_DIR`` -- the config is read from the checkpoint
+itself, so no Hydra overrides are needed -- and evaluates every lane (seed x sweep config) for
+``--episodes`` episodes inside one jitted, lane-vmapped function, with the lane's own evaluation key
+(so ``--episodes`` equal to the run's ``eval_episodes`` reproduces ``summary.json``'s final returns).
+Writes ``RUN_DIR/eval/update_<step>_<episodes>ep.json`` (or ``--out``). ``--gif`` renders one episode
+of lane ``--lane`` with gymnax's visualizer (classic control needs pygame, MinAtar/Catch/mazes only
+matplotlib).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from functools import partial
+from pathlib import Path
+
+# gymnax's visualizer covers these (gymnax.visualize.Visualizer)
+RENDERABLE = ("Acrobot-v1", "CartPole-v1", "Pendulum-v1", "MountainCar-v0", "MountainCarContinuous-v0",
+              "Catch-bsuite", "Asterix-MinAtar", "Breakout-MinAtar", "Freeway-MinAtar",
+              "Seaquest-MinAtar", "SpaceInvaders-MinAtar", "Pong-misc", "PointRobot-misc",
+              "MetaMaze-misc", "FourRooms-misc")
+NEEDS_PYGAME = ("Acrobot-v1", "CartPole-v1", "Pendulum-v1", "MountainCar-v0", "MountainCarContinuous-v0")
+
+
+def load(run_dir: str | Path, step: int | None = None, episodes: int | None = None,
+         deterministic: bool | None = None):
+    """``(run, algo, plan, lanes, loop, step)`` of a run dir's checkpoint (host arrays)."""
+    import jax
+    import jax.numpy as jnp
+
+    from purejaxrl_opt import algos, checkpoint, sweep
+    from purejaxrl_opt.config import from_dictconfig
+    from purejaxrl_opt.runner import loop_shape
+
+    step, manifest = checkpoint.read_manifest(run_dir, step)
+    config = {**manifest["fingerprint"]["config"], **manifest.get("evaluation", {})}
+    if episodes is not None:
+        config["eval_episodes"] = episodes
+    if deterministic is not None:
+        config["eval_deterministic"] = deterministic
+    run = from_dictconfig(config)
+    plan = sweep.SweepPlan.from_dict(manifest["fingerprint"]["sweep"])
+    algo = algos.make_algorithm(run)
+    lanes = sweep.lanes(run, plan)
+    keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray([lane.seed for lane in lanes], jnp.uint32))
+    hparams = {k: jnp.asarray(v) for k, v in sweep.lane_hparams(run, plan).items()}
+    shape = loop_shape(algo, keys, hparams)
+    loop, step = checkpoint.restore(run_dir, checkpoint.fingerprint(run, plan, shape), shape, step)
+    return run, algo, plan, lanes, loop, step
+
+
+def evaluate_returns(algo, loop):
+    """``[lanes, eval_episodes]`` returns of every lane's policy (jitted, vmapped over lanes)."""
+    import jax
+    import numpy as np
+
+    from purejaxrl_opt.algos.base import evaluate_loop
+
+    return np.asarray(jax.jit(jax.vmap(partial(evaluate_loop, algo)))(loop))
+
+
+def play_episode(algo, loop, lane: int, deterministic: bool = True):
+    """States and cumulative rewards of one episode of ``lane``'s policy (host loop, jitted step)."""
+    import jax
+    import numpy as np
+
+    from purejaxrl_opt import envs
+
+    state = jax.tree_util.tree_map(lambda x: x[lane], loop.algo_state)
+    actor_params, obs_norm = algo.policy(state)
+    env, env_params, spec, dist = algo.env, algo.env_params, algo.spec, algo.dist
+
+    @jax.jit
+    def _step(key, env_state, obs):
+        action_key, env_key = jax.random.split(key)
+        dist_params = algo.actor_fn(actor_params, envs.obs_norm_apply(obs_norm, obs[None]))
+        action = (dist.mode(dist_params) if deterministic else dist.sample(action_key, dist_params))[0]
+        # step_env: no auto-reset, so the last frame is the episode's end, not a fresh start
+        obs, env_state, reward, terminated, _ = env.step_env(
+            env_key, env_state, envs.to_env_action(spec, action, algo.run.env.clip_actions), env_params)
+        truncated = env.is_truncated(env_state, env_params)
+        return obs, env_state, reward, jax.numpy.logical_or(terminated, truncated)
+
+    key = jax.random.fold_in(loop.eval_key[lane], 7)
+    key, reset_key = jax.random.split(key)
+    obs, env_state = env.reset(reset_key, env_params)
+    states, rewards = [env_state], []
+    limit = spec.max_steps if spec.max_steps > 0 else 10_000
+    for _ in range(limit):
+        key, step_key = jax.random.split(key)
+        obs, env_state, reward, done = _step(step_key, env_state, obs)
+        rewards.append(float(reward))
+        if bool(done):
+            break
+        states.append(env_state)
+    return states[:len(rewards)], np.cumsum(rewards)
+
+
+def _gym_frames(env_id: str, env_params, states) -> list:
+    """Classic-control frames from ONE gymnasium renderer (gymnax's visualizer builds a new
+    gymnasium env per frame: minutes for a 500-step CartPole episode)."""
+    import gymnasium
+    import numpy as np
+    from gymnax.visualize import vis_gym
+
+    gym_env = gymnasium.make(env_id, render_mode="rgb_array")
+    try:
+        gym_env.reset(seed=0)
+        unwrapped = gym_env.unwrapped
+        vis_gym.set_gym_params(unwrapped, env_id, env_params)
+        frames = []
+        for state in states:
+            unwrapped.state = vis_gym.get_gym_state(state, env_id)
+            if env_id == "Pendulum-v1":
+                unwrapped.last_u = np.asarray(state.last_u, dtype=np.float64)
+            frames.append(np.asarray(gym_env.render()))
+        return frames
+    finally:
+        gym_env.close()
+
+
+def write_gif(algo, loop, lane: int, path: str | Path, deterministic: bool = True) -> Path:
+    env_id = algo.run.env.id
+    if env_id not in RENDERABLE:
+        raise ValueError(f"--gif: gymnax cannot render {env_id}; renderable envs: {list(RENDERABLE)}")
+    if env_id in NEEDS_PYGAME:
+        os.environ.setdefault("SDL_AUDIODRIVER", "dummy")  # headless: no sound card, no display
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+        try:
+            import pygame  # noqa: F401
+        except ImportError as error:
+            raise ValueError(f"--gif: rendering {env_id} needs pygame (pip install pygame)") from error
+    import matplotlib
+
+    matplotlib.use("Agg")
+    states, cumulative = play_episode(algo, loop, lane, deterministic)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if env_id in NEEDS_PYGAME:
+        from PIL import Image
+
+        images = [Image.fromarray(frame) for frame in _gym_frames(env_id, algo.env_params, states)]
+        images[0].save(path, save_all=True, append_images=images[1:], duration=50, loop=0)
+    else:
+        from gymnax.visualize import Visualizer
+
+        Visualizer(algo.env, algo.env_params, states, cumulative).animate(str(path))
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m purejaxrl_opt.evaluate",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("run_dir", help="a run directory with checkpoints/ (see checkpoint.* config)")
+    parser.add_argument("--episodes", type=int, default=None,
+                        help="episodes per lane (default: the run's eval_episodes)")
+    parser.add_argument("--step", type=int, default=None, help="checkpoint update (default: latest)")
+    parser.add_argument("--stochastic", action="store_true", help="sample actions instead of the mode")
+    parser.add_argument("--out", default=None, help="JSON file for the returns")
+    parser.add_argument("--gif", default=None, help="write an animation of one episode here")
+    parser.add_argument("--lane", type=int, default=0, help="lane rendered by --gif")
+    args = parser.parse_args(argv)
+    if args.episodes is not None and args.episodes < 1:
+        parser.error("--episodes must be >= 1")
+
+    import purejaxrl_opt.train  # noqa: F401 - the same XLA flags as training, set before JAX starts
+    from purejaxrl_opt.checkpoint import CheckpointError
+    from purejaxrl_opt.config import ConfigError
+
+    deterministic = False if args.stochastic else None
+    try:
+        run, algo, plan, lanes, loop, step = load(args.run_dir, args.step, args.episodes, deterministic)
+        if not 0 <= args.lane < len(lanes):
+            raise ValueError(f"--lane {args.lane} is out of range: the run has {len(lanes)} lane(s)")
+        returns = evaluate_returns(algo, loop)
+    except (CheckpointError, ConfigError, ValueError) as error:
+        print(f"purejaxrl_opt.evaluate: {error}", file=sys.stderr)
+        return 2
+    result = {
+        "run_dir": str(Path(args.run_dir).absolute()),
+        "checkpoint_update": step,
+        "episodes": run.eval_episodes,
+        "deterministic": run.eval_deterministic,
+        "mean": float(returns.mean()),
+        "lanes": [{"lane": lane.index, "seed": lane.seed, "config": lane.config, "values": lane.values,
+                   "mean": float(returns[lane.index].mean()),
+                   "returns": [float(r) for r in returns[lane.index]]} for lane in lanes],
+    }
+    out = Path(args.out) if args.out else (
+        Path(args.run_dir) / "eval" / f"update_{step}_{run.eval_episodes}ep.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    per_lane = ", ".join(f"{lane['mean']:.2f}" for lane in result["lanes"])
+    print(f"[purejaxrl_opt] {run.algo.name} on {run.env.id}, checkpoint at update {step}: mean return "
+          f"{result['mean']:.2f} over {len(lanes)} lane(s) x {run.eval_episodes} episodes "
+          f"(per lane: {per_lane}) -> {out}")
+    if args.gif:
+        try:
+            path = write_gif(algo, loop, args.lane, args.gif, run.eval_deterministic)
+        except ValueError as error:
+            print(f"purejaxrl_opt.evaluate: {error}", file=sys.stderr)
+            return 2
+        print(f"[purejaxrl_opt] animation of one episode of lane {args.lane} -> {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

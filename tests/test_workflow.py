@@ -1,0 +1,535 @@
+"""The research workflow: in-compile sweeps, Hydra multirun (basic and submitit_local launchers),
+W&B offline, progress, checkpoint / SIGKILL / resume (bitwise), evaluate CLI, reports, bad input.
+
+Runs are tiny (CartPole, a few thousand env steps). Subprocess runs share a persistent XLA compile
+cache (same program -> compiled once), so the suite stays within a few minutes on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import purejaxrl_opt.train  # noqa: F401 - XLA flags of the CLI, set before JAX starts
+from purejaxrl_opt import checkpoint, evaluate, report, sweep
+from purejaxrl_opt.checkpoint import CheckpointError
+from purejaxrl_opt.config import ConfigError, from_dictconfig
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["env=CartPole-v1", "algo=ppo", "num_seeds=2", "total_timesteps=4096", "eval_episodes=4"]
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose, initialize_config_dir
+
+    with initialize_config_dir(str(ROOT / "conf"), version_base=None):
+        return hydra_compose("config", overrides=overrides)
+
+
+@pytest.fixture(scope="module")
+def cli_env(tmp_path_factory):
+    env = dict(os.environ)
+    env.update(JAX_COMPILATION_CACHE_DIR=str(tmp_path_factory.mktemp("xla_cache")),
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PLATFORMS="cpu",
+               WANDB_MODE="offline", PYTHONUNBUFFERED="1")
+    return env
+
+
+def cli(args: list[str], env: dict, module: str = "purejaxrl_opt.train", timeout: int = 300):
+    return subprocess.run([sys.executable, "-m", module, *args], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+# =====================================================================================================
+# sweep plans (no compile)
+# =====================================================================================================
+@pytest.fixture(scope="module")
+def base_run():
+    return from_dictconfig(compose(TINY))
+
+
+def test_grid_zip_and_random_plans(base_run):
+    grid = sweep.plan_from_config({"vmap": {"algo.lr": [1e-3, 3e-4], "algo.clip_eps": [0.1, 0.2, 0.3]}},
+                                  base_run)
+    assert grid.num_configs == 6 and grid.configs[1] == {"algo.lr": 1e-3, "algo.clip_eps": 0.2}
+    zipped = sweep.plan_from_config({"vmap": {"algo.lr": [1e-3, 3e-4], "algo.clip_eps": [0.1, 0.2]},
+                                     "mode": "zip"}, base_run)
+    assert zipped.configs == ({"algo.lr": 1e-3, "algo.clip_eps": 0.1}, {"algo.lr": 3e-4, "algo.clip_eps": 0.2})
+    spec = {"random": {"algo.lr": {"low": 1e-4, "high": 1e-2, "log": True}}, "num_samples": 5, "seed": 3}
+    drawn = sweep.plan_from_config(spec, base_run)
+    assert drawn == sweep.plan_from_config(spec, base_run)  # reproducible
+    assert drawn.num_configs == 5 and all(1e-4 <= c["algo.lr"] <= 1e-2 for c in drawn.configs)
+    assert sweep.plan_from_config({"vmap": None}, base_run) is None
+
+    lanes = sweep.lanes(base_run, zipped)  # config-major, the same seeds in every config
+    assert [(lane.config, lane.seed) for lane in lanes] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    hparams = sweep.lane_hparams(base_run, zipped)
+    np.testing.assert_array_equal(hparams["lr"], np.float32([1e-3, 1e-3, 3e-4, 3e-4]))
+    np.testing.assert_array_equal(hparams["ent_coef"], np.float32([base_run.algo.ent_coef] * 4))
+
+
+@pytest.mark.parametrize("section, message", [
+    ({"vmap": {}}, "'sweep.vmap' is empty"),
+    ({"vmap": {"algo.lr": []}}, "empty list"),
+    ({"vmap": {"algo.nope": [1.0]}}, "'algo.nope' does not exist"),
+    ({"vmap": {"lr": [1.0]}}, "'lr' does not exist"),
+    ({"vmap": {"algo.num_envs": [2, 4]}}, "Hydra multirun"),
+    ({"vmap": {"network.hidden_sizes": [[32]]}}, "Hydra multirun"),
+    ({"vmap": {"env.id": ["Acrobot-v1"]}}, "Hydra multirun"),
+    ({"vmap": {"algo.lr": [1e-3, -1.0]}}, "'ppo.lr' = -1.0"),
+    ({"vmap": {"algo.lr": ["fast"]}}, "finite number"),
+    ({"vmap": {"algo.lr": [1e-3], "algo.gamma": [0.9, 0.99]}, "mode": "zip"}, "equal length"),
+    ({"vmap": {"algo.lr": [1e-3]}, "mode": "cube"}, "'sweep.mode'"),
+    ({"vmap": {"algo.lr": [1e-3]}, "random": {"algo.lr": {"low": 0.1, "high": 0.2}}}, "choose one"),
+    ({"random": {"algo.lr": {"low": 0.2, "high": 0.1}}}, "low < high"),
+    ({"random": {}}, "'sweep.random' is empty"),
+    ({"grid": {}}, "unknown config key 'sweep.grid'"),
+])
+def test_bad_sweeps_are_refused(base_run, section, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        sweep.plan_from_config(section, base_run)
+
+
+def test_chunks_end_on_every_checkpoint_and_resume_point():
+    from purejaxrl_opt.runner import chunk_sizes, chunk_stops
+
+    assert chunk_stops(39, 1) == [39]
+    assert chunk_stops(39, 10) == list(np.cumsum(chunk_sizes(39, 10)))
+    stops = chunk_stops(39, 4, checkpoint_every=5)
+    assert {5, 10, 15, 20, 25, 30, 35, 39} <= set(stops) and {10, 20, 30} <= set(stops)
+    assert chunk_stops(39, 4, checkpoint_every=5, start=25) == [s for s in stops if s > 25]
+    assert chunk_stops(39, 4, start=39) == []
+
+
+def test_console_progress_bar_and_lines():
+    import io
+
+    from purejaxrl_opt.loggers import Console
+
+    metrics = {"env_steps": np.array([[512.0, 1024, np.nan, np.nan]] * 2),
+               "return_mean": np.array([[10.0, 20.0, np.nan, np.nan]] * 2)}
+
+    class TTY(io.StringIO):
+        def isatty(self):
+            return True
+
+    bar, lines = TTY(), io.StringIO()
+    Console("auto", bar).progress(metrics, 2, 4, 0.5)
+    Console("auto", lines).progress(metrics, 2, 4, 0.5)
+    assert bar.getvalue().startswith("\r[###############...............] update 2/4")
+    assert lines.getvalue().startswith("[purejaxrl_opt] update 2/4  return 15.00  4,096 steps/s  eta 0s")
+    resumed = io.StringIO()  # a resumed run's rate counts only this process's steps
+    Console("lines", resumed).progress(metrics, 2, 4, 0.5, start_update=1)
+    assert "2,048 steps/s" in resumed.getvalue()
+
+
+# =====================================================================================================
+# one in-process in-compile sweep, logged to W&B offline (shared by the tests below)
+# =====================================================================================================
+def read_wandb_records(path: Path) -> list:
+    """Records of a W&B transaction log (``run-*.wandb``: LevelDB-log framing of protobufs)."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B", "not a W&B transaction log"
+    records, payload, offset, block = [], b"", 7, 32768
+    while offset + 7 <= len(data):
+        if block - offset % block < 7:  # block trailer padding
+            offset += block - offset % block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[offset:offset + 7])
+        if length == 0 and kind == 0:
+            break
+        payload += data[offset + 7:offset + 7 + length]
+        offset += 7 + length
+        if kind in (1, 4):  # FULL or LAST
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(payload)
+            records.append(record)
+            payload = b""
+    return records
+
+
+@pytest.fixture(scope="module")
+def sweep_run(tmp_path_factory):
+    from purejaxrl_opt.train import run_from_config
+
+    out = tmp_path_factory.mktemp("sweep_run")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WANDB_DIR", str(out / "wandb_root"))
+        patch.setenv("WANDB_SILENT", "true")
+        (out / "wandb_root").mkdir()
+        cfg = compose(TINY + ["logger=wandb", "logger.mode=offline", "progress.mode=lines",
+                              "progress.chunks=3", "sweep.vmap={algo.lr: [0.001, 0.0003], algo.clip_eps: [0.1, 0.3]}",
+                              "sweep.mode=zip"])
+        result = run_from_config(cfg, str(out / "run"))
+    return out, result, cfg
+
+
+def test_sweep_trains_every_config_in_one_compile(sweep_run):
+    out, result, _ = sweep_run
+    summary = json.loads((out / "run" / "summary.json").read_text())
+    assert summary["num_lanes"] == 4 and summary["num_seeds"] == 2
+    configs = summary["sweep"]["configs"]
+    assert [c["values"] for c in configs] == [{"algo.lr": 0.001, "algo.clip_eps": 0.1},
+                                              {"algo.lr": 0.0003, "algo.clip_eps": 0.3}]
+    assert [(lane["config"], lane["seed"], lane["algo.lr"]) for lane in summary["sweep"]["lanes"]] == [
+        (0, 0, 0.001), (0, 1, 0.001), (1, 0, 0.0003), (1, 1, 0.0003)]
+    for config in configs:
+        per_seed = np.asarray(config["final_return_per_seed"])
+        assert config["final_return_mean"] == pytest.approx(per_seed.mean())
+        assert config["final_return_std"] == pytest.approx(per_seed.std(ddof=1))
+    assert summary["final_return_per_seed"] == configs[0]["final_return_per_seed"] + configs[1]["final_return_per_seed"]
+    # each lane really trained with its own values: the logged (annealed) learning rate starts at lr
+    np.testing.assert_allclose(result.loop.metrics["learning_rate"][:, 0], [1e-3, 1e-3, 3e-4, 3e-4], rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(result.loop.hparams["clip_eps"]), np.float32([0.1, 0.1, 0.3, 0.3]))
+    assert (out / "run" / "learning_curve.png").stat().st_size > 1000
+
+
+def test_a_sweep_lane_is_the_run_with_those_values(sweep_run):
+    """Config 1's lanes train the agents of a plain run with lr=0.0003, clip_eps=0.3 (up to float
+    rounding of the differently batched program: compared over the first updates)."""
+    import jax
+
+    from purejaxrl_opt import algos
+    from purejaxrl_opt.algos.base import make_train
+    from purejaxrl_opt.runner import lane_keys
+
+    _, result, _ = sweep_run
+    run = from_dictconfig(compose(TINY + ["algo.lr=0.0003", "algo.clip_eps=0.3"]))
+    separate = jax.jit(jax.vmap(make_train(algos.make_algorithm(run))))(lane_keys(run.seed, run.num_seeds))
+    swept = {k: np.asarray(v)[2:] for k, v in result.loop.metrics.items()}
+    np.testing.assert_array_equal(swept["return_mean"][:, 0], np.asarray(separate.metrics["return_mean"])[:, 0])
+    for name in ("policy_loss", "value_loss", "approx_kl", "learning_rate"):
+        np.testing.assert_allclose(swept[name][:, :3], np.asarray(separate.metrics[name])[:, :3],
+                                   rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_metrics_csv_carries_swept_values_per_row(sweep_run):
+    out, result, _ = sweep_run
+    with open(out / "run" / "metrics.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    header = list(rows[0])
+    assert header[:5] == ["seed", "update", "lr", "clip_eps", "env_steps"]
+    num_updates = result.summary["num_updates"]
+    assert len(rows) == 4 * num_updates
+    lane_of = [(r["seed"], r["lr"], r["clip_eps"]) for r in rows[::num_updates]]
+    assert lane_of == [("0", "0.001", "0.1"), ("1", "0.001", "0.1"), ("0", "0.0003", "0.3"), ("1", "0.0003", "0.3")]
+
+
+def test_wandb_offline_run_holds_config_history_summary_and_plot(sweep_run):
+    out, result, _ = sweep_run
+    runs = list((out / "wandb_root" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    records = read_wandb_records(next(runs[0].glob("run-*.wandb")))
+    config, history, summary, group = {}, [], {}, None
+    for record in records:
+        kind = record.WhichOneof("record_type")
+        if kind == "run":
+            group = record.run.run_group
+            config.update({i.key: json.loads(i.value_json) for i in record.run.config.update})
+        elif kind == "config":
+            config.update({i.key: json.loads(i.value_json) for i in record.config.update})
+        elif kind == "history":
+            history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
+        elif kind == "summary":
+            summary.update({i.key or "/".join(i.nested_key): i.value_json for i in record.summary.update})
+    assert group == "ppo-CartPole-v1"
+    assert config["algo"]["name"] == "ppo" and config["sweep"]["keys"] == ["algo.lr", "algo.clip_eps"]
+    rows = [h for h in history if "cfg0_seed_0/return_mean" in h or "cfg1_seed_1/policy_loss" in h]
+    assert len(rows) == result.summary["num_updates"]
+    assert {"cfg1/mean/return_mean", "cfg1/std/return_mean", "update", "env_steps"} <= set(rows[-1])
+    assert rows[-1]["cfg1_seed_1/policy_loss"] == pytest.approx(float(result.loop.metrics["policy_loss"][3, -1]))
+    images = [h for h in history if h.get("learning_curve/_type") == "image-file"]
+    assert len(images) == 1 and (runs[0] / "files" / images[0]["learning_curve/path"]).exists()
+    assert float(summary["final_return_mean"]) == pytest.approx(result.summary["final_return_mean"])
+    assert list(runs[0].glob("files/media/images/learning_curve*.png"))
+
+
+def test_gif_of_one_episode(sweep_run, tmp_path):
+    pytest.importorskip("pygame", reason="classic-control rendering needs pygame")
+    from purejaxrl_opt import algos
+
+    _, result, cfg = sweep_run
+    algo = algos.make_algorithm(from_dictconfig(cfg))
+    path = evaluate.write_gif(algo, result.loop, lane=2, path=tmp_path / "episode.gif")
+    from PIL import Image
+
+    with Image.open(path) as image:
+        assert image.n_frames > 5
+
+
+# =====================================================================================================
+# checkpoint, SIGKILL, resume: bitwise
+# =====================================================================================================
+KILL = ["env=CartPole-v1", "algo=ppo", "num_seeds=2", "total_timesteps=102400", "eval_episodes=4"]
+
+
+@pytest.fixture(scope="module")
+def killed_and_resumed(tmp_path_factory, cli_env):
+    """(uninterrupted run dir, killed-then-resumed run dir, killed run's console output)."""
+    base = tmp_path_factory.mktemp("kill")
+    reference = cli(KILL + ["progress.mode=off", f"hydra.run.dir={base / 'reference'}"], cli_env)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+
+    run_dir = base / "run"
+    args = KILL + ["progress.mode=lines", "progress.chunks=7", "checkpoint.every_updates=10"]
+    log = open(base / "killed.log", "w")
+    process = subprocess.Popen([sys.executable, "-m", "purejaxrl_opt.train", *args,
+                                f"hydra.run.dir={run_dir}"], env=cli_env, cwd=ROOT, stdout=log,
+                               stderr=subprocess.STDOUT)
+    deadline = time.time() + 240
+    while not checkpoint.available_steps(run_dir) and process.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    log.close()
+    assert process.returncode == -signal.SIGKILL, "the run ended before it could be killed mid-training"
+    assert not (run_dir / "summary.json").exists()
+    steps_at_kill = checkpoint.available_steps(run_dir)
+    assert steps_at_kill and steps_at_kill[-1] < 200
+
+    resumed = cli(args + [f"resume={run_dir}", f"hydra.run.dir={base / 'resume_invocation'}"], cli_env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    return base / "reference", run_dir, steps_at_kill, resumed.stdout
+
+
+def test_killed_and_resumed_run_is_bitwise_the_uninterrupted_run(killed_and_resumed):
+    reference, run_dir, steps_at_kill, stdout = killed_and_resumed
+    assert f"resuming from the checkpoint at update {steps_at_kill[-1]}" in stdout
+    assert "update 200/200" in stdout
+    assert (reference / "metrics.csv").read_bytes() == (run_dir / "metrics.csv").read_bytes()
+    ref_summary = json.loads((reference / "summary.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["resumed_from_update"] == steps_at_kill[-1]
+    assert summary["final_return_per_seed"] == ref_summary["final_return_per_seed"]
+    # the complete final training state: params, optimizer and env states, keys, metrics
+    *_, ref_loop, ref_step = evaluate.load(reference)
+    *_, loop, step = evaluate.load(run_dir)
+    assert ref_step == step == 200
+    import jax
+
+    ref_leaves, leaves = jax.tree_util.tree_leaves(ref_loop), jax.tree_util.tree_leaves(loop)
+    assert len(ref_leaves) == len(leaves)
+    for a, b in zip(ref_leaves, leaves):
+        assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    # periodic checkpoints before and after the kill, and the final one
+    assert set(range(10, 200, 10)) | {200} <= set(checkpoint.available_steps(run_dir))
+
+
+def test_evaluate_cli_reproduces_the_final_returns(killed_and_resumed, cli_env, tmp_path):
+    reference, *_ = killed_and_resumed
+    out = tmp_path / "returns.json"
+    done = cli([str(reference), "--out", str(out)], cli_env, module="purejaxrl_opt.evaluate")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    summary = json.loads((reference / "summary.json").read_text())
+    assert result["checkpoint_update"] == 200 and result["episodes"] == 4
+    assert [lane["mean"] for lane in result["lanes"]] == summary["final_return_per_seed"]
+    assert all(len(lane["returns"]) == 4 for lane in result["lanes"])
+    missing = cli([str(tmp_path)], cli_env, module="purejaxrl_opt.evaluate")
+    assert missing.returncode == 2 and "no checkpoint in" in missing.stderr
+
+
+@pytest.fixture()
+def copied_run(killed_and_resumed, tmp_path):
+    reference, *_ = killed_and_resumed
+    copy = tmp_path / "copy"
+    shutil.copytree(reference, copy)
+    return copy
+
+
+def _restore(run_dir: Path, overrides: list[str]):
+    from purejaxrl_opt import algos
+    from purejaxrl_opt.runner import loop_shape
+    import jax
+    import jax.numpy as jnp
+
+    run = from_dictconfig(compose(overrides))
+    algo = algos.make_algorithm(run)
+    lanes = sweep.lanes(run, None)
+    keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray([lane.seed for lane in lanes], jnp.uint32))
+    hparams = {k: jnp.asarray(v) for k, v in sweep.lane_hparams(run, None).items()}
+    shape = loop_shape(algo, keys, hparams)
+    return checkpoint.restore(run_dir, checkpoint.fingerprint(run, None, shape), shape)
+
+
+def _snapshot(directory: Path) -> dict:
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in directory.rglob("*")}
+
+
+@pytest.mark.parametrize("overrides, named", [
+    (["network.hidden_sizes=[32]"], "network.hidden_sizes: checkpoint has [64, 64], this run has [32]"),
+    (["algo=trpo"], "algo.name: checkpoint has 'ppo', this run has 'trpo'"),
+    (["env=Acrobot-v1"], "env.id: checkpoint has 'CartPole-v1', this run has 'Acrobot-v1'"),
+    (["total_timesteps=51200"], "total_timesteps: checkpoint has 102400, this run has 51200"),
+])
+def test_a_mismatching_checkpoint_is_refused_naming_the_difference(copied_run, overrides, named):
+    before = _snapshot(copied_run)
+    with pytest.raises(CheckpointError) as error:
+        _restore(copied_run, KILL + overrides)
+    assert named in str(error.value) and "Nothing was written" in str(error.value)
+    assert _snapshot(copied_run) == before
+    _restore(copied_run, KILL)  # the matching config still restores
+
+
+def test_a_corrupt_checkpoint_is_refused(copied_run):
+    step_dir = copied_run / "checkpoints" / "200"
+    data_files = sorted((p for p in (step_dir / "state").rglob("*") if p.is_file() and p.parent.name == "d"),
+                        key=lambda p: p.stat().st_size)
+    victim = data_files[-1]
+    raw = bytearray(victim.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    victim.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match="corrupt"):
+        _restore(copied_run, KILL)
+    (step_dir / "manifest" / "metadata").write_text("{not json")
+    with pytest.raises(CheckpointError, match="corrupt or unreadable"):
+        _restore(copied_run, KILL)
+
+
+def test_unfinished_checkpoints_are_invisible(tmp_path):
+    (tmp_path / "checkpoints" / "30.orbax-checkpoint-tmp-1234").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "20").mkdir()
+    assert checkpoint.available_steps(tmp_path) == [20]
+
+
+# =====================================================================================================
+# bad input: a clear error before anything is compiled
+# =====================================================================================================
+@pytest.fixture()
+def no_compile(monkeypatch):
+    from purejaxrl_opt import runner
+
+    def _refuse(*args, **kwargs):
+        raise AssertionError("compiled despite bad input")
+
+    monkeypatch.setattr(runner, "Compiled", _refuse)
+
+
+@pytest.mark.parametrize("overrides, error, message", [
+    (["sweep.vmap={}"], ConfigError, "'sweep.vmap' is empty"),
+    (["sweep.vmap={algo.bogus: [1, 2]}"], ConfigError, "'algo.bogus' does not exist"),
+    (["sweep.vmap={algo.num_envs: [2, 4]}"], ConfigError, "Hydra multirun"),
+    (["resume=/nonexistent/run"], ConfigError, "must be an existing run directory"),
+    (["checkpoint.every_updates=-1"], ConfigError, "'checkpoint.every_updates'"),
+    (["progress.mode=loud"], ConfigError, "'progress.mode'"),
+    (["logger=wandb", "+logger.colour=red"], ConfigError, "unknown config key 'logger.colour'"),
+])
+def test_bad_input_fails_before_compiling(no_compile, tmp_path, overrides, error, message):
+    from purejaxrl_opt.train import run_from_config
+
+    with pytest.raises(error, match=message.replace("(", r"\(")):
+        run_from_config(compose(TINY + overrides), str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_resume_without_checkpoint_and_fresh_run_over_checkpoints(no_compile, tmp_path, copied_run):
+    from purejaxrl_opt.train import run_from_config
+
+    with pytest.raises(ConfigError, match="no checkpoint in"):
+        run_from_config(compose(TINY + [f"resume={tmp_path}"]), str(tmp_path / "run"))
+    before = _snapshot(copied_run)
+    with pytest.raises(CheckpointError, match="already holds checkpoints"):
+        run_from_config(compose(KILL), str(copied_run))
+    with pytest.raises(CheckpointError, match="network.hidden_sizes"):
+        run_from_config(compose(KILL + ["network.hidden_sizes=[8]", f"resume={copied_run}"]), str(tmp_path))
+    assert _snapshot(copied_run) == before
+
+
+def test_wandb_online_without_credentials(no_compile, tmp_path, monkeypatch):
+    from purejaxrl_opt import loggers
+    from purejaxrl_opt.train import run_from_config
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb_config"))
+    with pytest.raises(ConfigError, match="needs W&B credentials"):
+        run_from_config(compose(TINY + ["logger=wandb", "logger.mode=online"]), str(tmp_path / "run"))
+    sinks = loggers.make_loggers({"kind": "wandb", "mode": "online", "offline_fallback": True}, "off")
+    assert sinks[1].kwargs["mode"] == "offline"
+
+
+def test_unknown_launcher_is_a_clear_error(cli_env, tmp_path):
+    done = cli(["-m", "hydra/launcher=nope", "seed=0,1", f"hydra.sweep.dir={tmp_path}"], cli_env)
+    assert done.returncode != 0
+    assert "Could not find 'hydra/launcher/nope'" in done.stderr and "parallel" in done.stderr
+    assert not list(tmp_path.rglob("summary.json"))
+
+
+# =====================================================================================================
+# Hydra multirun (basic launcher, submitit_local) and the report over a sweep dir
+# =====================================================================================================
+MULTI = ["env=CartPole-v1", "algo=ppo", "num_seeds=1", "total_timesteps=2048", "eval_episodes=2",
+         "progress.mode=off", "checkpoint.final=false", "seed=0,1"]
+
+
+@pytest.mark.parametrize("launcher, target", [
+    ("parallel", "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"),
+    ("local", "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"),
+    ("slurm", "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"),
+])
+def test_shipped_launcher_configs_compose(launcher, target):
+    from hydra import compose as hydra_compose, initialize_config_dir
+
+    with initialize_config_dir(str(ROOT / "conf"), version_base=None):
+        cfg = hydra_compose("config", overrides=[f"hydra/launcher={launcher}"], return_hydra_config=True)
+    assert cfg.hydra.launcher._target_ == target
+
+
+@pytest.fixture(scope="module")
+def basic_multirun(tmp_path_factory, cli_env):
+    sweep_dir = tmp_path_factory.mktemp("multirun")
+    done = cli(["-m", *MULTI, f"hydra.sweep.dir={sweep_dir}"], cli_env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return sweep_dir
+
+
+def test_multirun_basic_launcher_writes_each_job(basic_multirun):
+    jobs = sorted(p.parent.name for p in basic_multirun.rglob("summary.json"))
+    assert jobs == ["0_ppo_CartPole-v1_s0", "1_ppo_CartPole-v1_s1"]
+    for job in jobs:
+        assert (basic_multirun / job / "metrics.csv").exists()
+        assert (basic_multirun / job / ".hydra" / "config.yaml").exists()
+
+
+def test_report_pools_the_seeds_of_a_sweep(basic_multirun, sweep_run, tmp_path):
+    paths = report.write_report(basic_multirun, tmp_path / "multi")
+    with open(paths["csv"], newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 1 and rows[0]["num_seeds"] == "2" and rows[0]["algo"] == "ppo"
+    returns = [json.loads((basic_multirun / j / "summary.json").read_text())["final_return_mean"]
+               for j in ("0_ppo_CartPole-v1_s0", "1_ppo_CartPole-v1_s1")]
+    assert float(rows[0]["final_return_mean"]) == pytest.approx(np.mean(returns))
+    assert float(rows[0]["final_return_std"]) == pytest.approx(np.std(returns, ddof=1))
+    assert paths["plot"].stat().st_size > 1000
+
+    sweep_out, *_ = sweep_run  # an in-compile sweep: one row per config, swept keys as columns
+    done = subprocess.run([sys.executable, "-m", "purejaxrl_opt.report", str(sweep_out / "run"), "--out",
+                           str(tmp_path / "vmapped")], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    markdown = (tmp_path / "vmapped" / "report.md").read_text()
+    assert markdown.splitlines()[0] == ("| algo | env | algo.clip_eps | algo.lr | seeds | final return (mean ± std) "
+                                        "| 95% CI | env steps/s |")
+    assert len([line for line in markdown.splitlines() if line.startswith("| ppo |")]) == 2
+
+
+def test_multirun_submitit_local_launcher(cli_env, tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="hydra-submitit-launcher not installed")
+    done = cli(["-m", "hydra/launcher=local", *MULTI, f"hydra.sweep.dir={tmp_path}"], cli_env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(p.parent.name for p in tmp_path.rglob("summary.json")) == [
+        "0_ppo_CartPole-v1_s0", "1_ppo_CartPole-v1_s1"]
+    assert (tmp_path / ".submitit").is_dir()
