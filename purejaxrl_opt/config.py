@@ -155,7 +155,9 @@ class TRPOConfig(_ActorCriticConfig):
     backtrack_coeff: float = 0.8
     max_backtracks: int = 10
     fvp: str = "gauss_newton"  # gauss_newton: J^T M J v (jvp + analytic M + vjp); hessian: fwd-over-rev
-    fvp_subsample: float = 1.0  # fraction of the batch used for Fisher-vector products
+    # fraction of the batch used for Fisher-vector products (0.2 as in OpenAI baselines' TRPO: the
+    # FVPs are ~4 forward passes each, and the line search still checks the KL on the full batch)
+    fvp_subsample: float = 0.2
     critic_lr: float = 1e-3
     critic_epochs: int = 5
     critic_minibatches: int = 4
@@ -201,21 +203,30 @@ class GRPOConfig(AlgoConfig):
     epsilon_high: float = 0.0  # 0 = symmetric clip (epsilon); > epsilon = DAPO clip-higher
     beta: float = 0.04
     ref_update_every: int = 0  # 0 = pi_ref fixed at the initial policy
-    update_epochs: int = 1
-    num_minibatches: int = 1
-    lr: float = 3e-4
+    update_epochs: int = 4  # 1 x 1 (one step per batch, as in the paper) learns CartPole ~10x slower
+    num_minibatches: int = 4
+    lr: float = 1e-3
     anneal_lr: bool = False
     ent_coef: float = 0.0
     max_grad_norm: float = 0.5
     max_memory_gb: float = 4.0  # refuse configs whose episode buffer would exceed this
+    # 0 = total_timesteps // (num_groups * group_size * T): every update charged as full-length
+    # episodes, so the budget can never be exceeded. More: updates run while such a worst-case batch
+    # still fits in the lane's remaining budget of counted (unmasked) steps, then are no-ops.
+    max_updates: int = 0
 
     SWEEPABLE: ClassVar[tuple[str, ...]] = (
-        "epsilon", "beta", "lr", "ent_coef", "max_grad_norm", "outcome_discount")
+        "epsilon", "epsilon_high", "beta", "lr", "ent_coef", "max_grad_norm", "outcome_discount")
     SCALES: ClassVar[tuple[str, ...]] = ("group", "batch", "none")
     NORMS: ClassVar[tuple[str, ...]] = ("sequence", "token", "constant")
     GROUPINGS: ClassVar[tuple[str, ...]] = ("same_start", "unrelated")
 
-    def batch_env_steps(self) -> int:  # upper bound; the real count is measured per update
+    def batch_env_steps(self) -> int:
+        """Worst case of one update when ``max_episode_steps`` is set (else per step of the limit).
+
+        The env's episode limit is not known here: grpo.make_algorithm derives ``num_updates`` from
+        it (RunConfig.num_updates is not used for GRPO) and checks the budget against it.
+        """
         return self.num_groups * self.group_size * max(self.max_episode_steps, 1)
 
     def validate(self, prefix: str, run: "RunConfig") -> None:
@@ -242,6 +253,7 @@ class GRPOConfig(AlgoConfig):
         non_negative(f"{prefix}.ent_coef", self.ent_coef)
         positive(f"{prefix}.max_grad_norm", self.max_grad_norm)
         positive(f"{prefix}.max_memory_gb", self.max_memory_gb)
+        non_negative(f"{prefix}.max_updates", self.max_updates)
 
 
 ALGO_CONFIGS: dict[str, type[AlgoConfig]] = {"ppo": PPOConfig, "trpo": TRPOConfig, "grpo": GRPOConfig}

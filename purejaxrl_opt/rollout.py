@@ -154,3 +154,66 @@ def evaluate(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn: Actor
     init = (jnp.zeros((), jnp.int32), carry.env_state, carry.obs, jnp.ones((num_episodes,), bool),
             jnp.zeros((num_episodes,), jnp.float32), loop_key)
     return jax.lax.while_loop(_cond, _body, init)[4]
+
+
+# =====================================================================================================
+# group rollouts (GRPO)
+# =====================================================================================================
+class GroupBatch(NamedTuple):
+    """Complete episodes of ``B = num_groups * group_size`` envs, time-major, group-major env order.
+
+    Env ``b`` belongs to group ``b // group_size``. ``mask[t, b]`` is true for the steps of episode
+    ``b`` up to and including its first ``done`` (or the step limit); everything after is padding
+    (the env auto-reset and kept running) and must not enter any loss or statistic.
+    """
+
+    obs: jnp.ndarray  # [T, B, *obs_shape] raw observation before step t
+    action: jnp.ndarray  # [T, B] (discrete) or [T, B, D]
+    log_prob: jnp.ndarray  # [T, B] log pi_old(a|s)
+    reward: jnp.ndarray  # [T, B], 0 where masked
+    mask: jnp.ndarray  # [T, B] bool
+    returns: jnp.ndarray  # [B] undiscounted episode return
+    lengths: jnp.ndarray  # [B] unmasked steps
+
+
+def group_reset_keys(key: jax.Array, num_groups: int, group_size: int, same_start: bool) -> jax.Array:
+    """Reset keys ``[num_groups * group_size]``: one per group, repeated (same start), or one per env."""
+    if same_start:
+        return jnp.repeat(jax.random.split(key, num_groups), group_size, axis=0)
+    return jax.random.split(key, num_groups * group_size)
+
+
+def group_rollout(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn: ActorFn, actor_params,
+                  obs_norm: ObsNormState | None, key: jax.Array, num_groups: int, group_size: int,
+                  max_steps: int, same_start: bool, clip_actions: bool = True) -> GroupBatch:
+    """Roll ``num_groups x group_size`` fresh episodes for ``max_steps`` steps, masking after ``done``.
+
+    Same-start grouping resets the ``group_size`` envs of a group with one key (identical initial
+    state); every env then draws its own actions and transitions (independent samples, per-env env
+    keys). The env's own ``step`` is used so termination and truncation are exactly the env's; its
+    auto-reset only produces padding, which keeps every padded step a valid (finite) state.
+    """
+    num_envs = num_groups * group_size
+    reset_key, loop_key = jax.random.split(key)
+    obs, env_state = envs.vmap_reset(env, env_params,
+                                     group_reset_keys(reset_key, num_groups, group_size, same_start))
+    step_env = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+
+    def _env_step(carry, step_key):
+        env_state, obs, alive = carry
+        action_key, env_key = jax.random.split(step_key)
+        dist_params = actor_fn(actor_params, envs.obs_norm_apply(obs_norm, obs))
+        action = dist.sample(action_key, dist_params)
+        log_prob = dist.log_prob(dist_params, action)
+        next_obs, env_state, reward, terminated, truncated, _ = step_env(
+            jax.random.split(env_key, num_envs), env_state, envs.to_env_action(spec, action, clip_actions),
+            env_params)
+        reward = jnp.where(alive, reward.astype(jnp.float32), 0.0)
+        still_alive = jnp.logical_and(alive, jnp.logical_not(jnp.logical_or(terminated, truncated)))
+        return (env_state, next_obs, still_alive), (obs, action, log_prob, reward, alive)
+
+    init = (env_state, obs, jnp.ones((num_envs,), bool))
+    _, (obs, action, log_prob, reward, mask) = jax.lax.scan(
+        _env_step, init, jax.random.split(loop_key, max_steps))
+    return GroupBatch(obs, action, log_prob, reward, mask, reward.sum(0),
+                      mask.sum(0).astype(jnp.float32))

@@ -1,0 +1,262 @@
+"""GRPO: group advantages, k3, group rollouts, masking, the step budget, bad input, learning."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from purejaxrl_opt import algos, envs, losses, rollout
+from purejaxrl_opt.algos import grpo
+from purejaxrl_opt.config import (ConfigError, EnvConfig, GRPOConfig, PPOConfig, RunConfig,
+                                  hyperparameters)
+from purejaxrl_opt.distributions import Categorical
+from purejaxrl_opt.networks import Actor, count_params
+
+# outcome rewards of 4 groups x 4 episodes; group 2 has zero spread
+RETURNS = np.array([[10.0, 20.0, 30.0, 40.0],
+                    [500.0, 12.0, 500.0, 31.0],
+                    [7.0, 7.0, 7.0, 7.0],
+                    [-3.0, 0.0, -1.5, 2.5]], np.float32)
+
+
+def numpy_group_advantages(returns, scale):
+    adv = np.zeros_like(returns, dtype=np.float64)
+    batch_std = returns.std()
+    for g, row in enumerate(returns.astype(np.float64)):
+        if row.max() == row.min():
+            continue
+        denom = {"group": row.std() + 1e-8, "batch": batch_std + 1e-8, "none": 1.0}[scale]
+        adv[g] = (row - row.mean()) / denom
+    return adv
+
+
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+def test_group_advantages_match_numpy(scale):
+    adv = np.asarray(grpo.group_advantages(jnp.asarray(RETURNS), scale))
+    np.testing.assert_allclose(adv, numpy_group_advantages(RETURNS, scale), rtol=1e-5, atol=1e-5)
+    assert np.all(adv[2] == 0.0)  # zero spread: exactly nothing to learn
+    if scale == "group":  # a z-score inside each group with spread
+        np.testing.assert_allclose(adv[[0, 1, 3]].std(axis=1), 1.0, rtol=1e-5)
+
+
+def numpy_process_advantages(rewards, mask, scale):
+    groups, size, steps = rewards.shape
+    out = np.zeros(rewards.shape)
+    valid_all = rewards[mask].astype(np.float64)
+    for g in range(groups):
+        valid = rewards[g][mask[g]].astype(np.float64)
+        if valid.max() == valid.min():
+            continue
+        denom = {"group": valid.std() + 1e-8, "batch": valid_all.std() + 1e-8, "none": 1.0}[scale]
+        for i in range(size):
+            for t in range(steps):
+                if mask[g, i, t]:
+                    out[g, i, t] = sum((rewards[g, i, u] - valid.mean()) / denom
+                                       for u in range(t, steps) if mask[g, i, u])
+    return out
+
+
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+def test_process_advantages_match_numpy(scale):
+    rng = np.random.default_rng(1)
+    groups, size, steps = 3, 4, 6
+    lengths = rng.integers(1, steps + 1, size=(groups, size))
+    mask = np.arange(steps)[None, None, :] < lengths[..., None]
+    rewards = np.where(mask, rng.normal(size=(groups, size, steps)), 0.0).astype(np.float32)
+    rewards[1] = np.where(mask[1], 1.0, 0.0)  # CartPole-like: every step reward equal -> zero spread
+    # padding values must not matter
+    padded = np.where(mask, rewards, 99.0).astype(np.float32)
+    adv = np.asarray(grpo.process_advantages(jnp.asarray(padded), jnp.asarray(mask), scale))
+    np.testing.assert_allclose(adv, numpy_process_advantages(rewards, mask, scale), rtol=1e-4,
+                               atol=1e-4)
+    assert np.all(adv[1] == 0.0) and np.all(adv[~mask] == 0.0)
+
+
+def test_outcome_rewards_discounted_and_masked():
+    rewards = jnp.asarray([[1.0, 2.0, 3.0, 50.0]])
+    mask = jnp.asarray([[True, True, True, False]])
+    assert float(grpo.outcome_rewards(rewards, mask, 1.0)[0]) == 6.0
+    np.testing.assert_allclose(grpo.outcome_rewards(rewards, mask, 0.5)[0], 1 + 1 + 0.75)
+
+
+def test_k3_nonnegative_and_unbiased_for_kl():
+    logits_theta = jnp.log(jnp.asarray([0.5, 0.3, 0.15, 0.05]))
+    logits_ref = jnp.log(jnp.asarray([0.1, 0.2, 0.3, 0.4]))
+    dist = Categorical()
+    actions = jax.random.categorical(jax.random.PRNGKey(0), logits_theta, shape=(200_000,))
+    def log_prob(logits):
+        return dist.log_prob({"logits": jnp.broadcast_to(logits, actions.shape + (4,))}, actions)
+
+    k3 = losses.k3_kl(log_prob(logits_theta), log_prob(logits_ref))
+    assert bool(jnp.all(k3 >= 0))
+    exact = float(dist.kl({"logits": logits_theta}, {"logits": logits_ref}))  # KL(theta || ref)
+    stderr = float(k3.std()) / np.sqrt(k3.size)
+    assert abs(float(k3.mean()) - exact) < 4 * stderr, (float(k3.mean()), exact, stderr)
+    # and it is not the reverse KL(ref || theta)
+    reverse = float(dist.kl({"logits": logits_ref}, {"logits": logits_theta}))
+    assert abs(float(k3.mean()) - reverse) > 10 * stderr
+
+
+# --------------------------------------------------------------------------- group rollouts
+NUM_GROUPS, GROUP_SIZE, MAX_STEPS = 3, 4, 200
+
+
+@pytest.fixture(scope="module")
+def rollouts():
+    """One same-start and one unrelated group rollout of a random-init CartPole policy (one compile)."""
+    env, env_params, spec = envs.make("CartPole-v1")
+    actor = Actor(spec, RunConfig(algo=GRPOConfig(), env=EnvConfig(id="CartPole-v1")).network)
+    params = actor.init(jax.random.PRNGKey(42), jnp.zeros((1, 4)))
+
+    @jax.jit
+    def both(key):
+        return tuple(rollout.group_rollout(env, env_params, spec, Categorical(), actor.apply, params,
+                                           None, key, NUM_GROUPS, GROUP_SIZE, MAX_STEPS, same_start)
+                     for same_start in (True, False))
+
+    same, unrelated = both(jax.random.PRNGKey(0))
+    return same, unrelated, actor, params
+
+
+def test_same_start_groups_share_the_initial_state(rollouts):
+    batch, unrelated, _, _ = rollouts
+    first = np.asarray(batch.obs[0]).reshape(NUM_GROUPS, GROUP_SIZE, -1)
+    assert np.all(first == first[:, :1])  # identical inside a group
+    assert len({tuple(row) for row in first[:, 0]}) == NUM_GROUPS  # different across groups
+    actions = np.asarray(batch.action).T.reshape(NUM_GROUPS, GROUP_SIZE, -1)
+    lengths = np.asarray(batch.lengths).reshape(NUM_GROUPS, GROUP_SIZE).astype(int)
+    for g in range(NUM_GROUPS):  # independent action keys: the episodes of a group diverge
+        assert len({tuple(a[:lengths[g].min()]) for a in actions[g]}) > 1
+
+    first = np.asarray(unrelated.obs[0]).reshape(NUM_GROUPS, GROUP_SIZE, -1)
+    for g in range(NUM_GROUPS):
+        assert len({tuple(row) for row in first[g]}) == GROUP_SIZE
+
+
+def test_rollout_mask_is_the_episode(rollouts):
+    for batch in rollouts[:2]:
+        mask = np.asarray(batch.mask)
+        assert np.all(mask[0]) and not np.all(mask)  # episodes end before the 200-step limit
+        assert np.all(mask[1:] <= mask[:-1])  # a prefix of each column
+        np.testing.assert_array_equal(np.asarray(batch.lengths), mask.sum(0))
+        assert np.all(np.asarray(batch.reward)[~mask] == 0.0)
+        np.testing.assert_array_equal(np.asarray(batch.returns), mask.sum(0))  # CartPole: +1 a step
+
+
+LOSS_VARIANTS = (("sequence", False), ("token", False), ("constant", False), ("sequence", True))
+
+
+def test_steps_after_termination_change_nothing(rollouts):
+    """Perturbing obs, actions, rewards and old log-probs after each episode's end changes neither
+    the loss, its diagnostics nor its gradient, for every loss_norm and process supervision."""
+    batch, _, actor, params = rollouts
+    mask = batch.mask.T
+    # a slightly different current policy so that ratios, clipping and k3 are all non-trivial
+    new_params = jax.tree_util.tree_map(
+        lambda x: x + 0.3 * jax.random.normal(jax.random.PRNGKey(3), x.shape), params)
+
+    @jax.jit
+    def all_losses(obs, action, reward, log_prob_old):
+        out = []
+        for loss_norm, process in LOSS_VARIANTS:
+            cfg = GRPOConfig(num_groups=NUM_GROUPS, group_size=GROUP_SIZE, loss_norm=loss_norm,
+                             process_supervision=process, epsilon_high=0.3)
+            hparams = hyperparameters(cfg)
+            loss_fn = grpo.make_loss_fn(actor, Categorical(), loss_norm)
+            advantages, _, _ = grpo.compute_advantages(cfg, reward, mask, hparams)
+            log_prob_ref = Categorical().log_prob(actor.apply(params, obs), action)
+            mb = grpo.Minibatch(obs, action, log_prob_old, log_prob_ref, advantages, mask)
+            (value, diagnostics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+                new_params, mb, hparams)
+            out.append((value, diagnostics, grads))
+        return out
+
+    obs, action, reward, log_prob = (jnp.swapaxes(x, 0, 1) for x in
+                                     (batch.obs, batch.action, batch.reward, batch.log_prob))
+    base = all_losses(obs, action, reward, log_prob)
+    pad = ~mask
+    noise = jax.random.normal(jax.random.PRNGKey(7), obs.shape) * 5.0
+    perturbed = all_losses(jnp.where(pad[..., None], obs + noise, obs),
+                           jnp.where(pad, 1 - action, action),
+                           jnp.where(pad, reward + 123.0, reward),
+                           jnp.where(pad, log_prob - 2.0, log_prob))
+    for variant, (b, p) in zip(LOSS_VARIANTS, zip(base, perturbed)):
+        if not variant[1]:  # process supervision on CartPole: equal step rewards, zero advantage
+            assert float(jnp.abs(b[0])) > 0, variant
+        assert float(p[0]) == float(b[0]), variant
+        for name, value in b[1].items():
+            assert float(p[1][name]) == float(value), (variant, name)
+        for x, y in zip(jax.tree_util.tree_leaves(b[2]), jax.tree_util.tree_leaves(p[2])):
+            np.testing.assert_array_equal(x, y)
+
+
+# --------------------------------------------------------------------------- config, params, budget
+def _grpo_run(**kwargs):
+    run_keys = {f.name for f in dataclasses.fields(RunConfig)}
+    top = {k: v for k, v in kwargs.items() if k in run_keys}
+    algo = GRPOConfig(**{k: v for k, v in kwargs.items() if k not in run_keys})
+    run = RunConfig(algo=algo, env=EnvConfig(id=top.pop("env_id", "CartPole-v1")), **top)
+    run.validate()
+    return run
+
+
+@pytest.mark.parametrize("bad,needle", [({"group_size": 1}, "group_size"), ({"beta": -0.1}, "beta"),
+                                        ({"epsilon": 0.0}, "epsilon"),
+                                        ({"num_minibatches": 3}, "num_minibatches")])
+def test_bad_config_is_refused(bad, needle):
+    with pytest.raises(ConfigError, match=needle):
+        _grpo_run(**bad)
+
+
+def test_too_long_episodes_refused_with_memory_needed():
+    run = RunConfig(algo=GRPOConfig(num_groups=64, group_size=16), env=EnvConfig(id="Pong-misc"),
+                    num_seeds=8, total_timesteps=50_000_000)
+    run.validate()
+    with pytest.raises(ConfigError, match=r"need about \d+\.\d GB.*max_memory_gb"):
+        algos.make_algorithm(run)
+    with pytest.raises(ConfigError, match="total_timesteps"):
+        algos.make_algorithm(_grpo_run(total_timesteps=10_000))
+
+
+def test_no_critic_half_the_parameters():
+    key = jax.random.PRNGKey(0)
+    grpo_algo = algos.make_algorithm(_grpo_run())
+    ppo_algo = algos.make_algorithm(RunConfig(algo=PPOConfig(), env=EnvConfig(id="CartPole-v1")))
+    grpo_params = grpo_algo.param_fn(grpo_algo.init(key, grpo_algo.default_hparams()))
+    ppo_params = ppo_algo.param_fn(ppo_algo.init(key, ppo_algo.default_hparams()))
+    assert set(grpo_params) == {"actor"}
+    assert count_params(grpo_params) == count_params(ppo_params["actor"])
+    assert 0.4 < count_params(grpo_params) / count_params(ppo_params) < 0.6
+
+
+def test_budget_counts_unmasked_steps_and_is_never_exceeded():
+    # T = 50, 4 episodes: a worst case of 200 steps; 1000 steps allow 5 full-length updates, but
+    # short episodes leave room for more: max_updates = 40 runs until a worst case no longer fits
+    run = _grpo_run(num_groups=2, group_size=2, max_episode_steps=50, max_updates=40,
+                    total_timesteps=1000, num_seeds=2)
+    algo = algos.make_algorithm(run)
+    out = jax.jit(jax.vmap(algos.make_train(run)))(jax.random.split(jax.random.PRNGKey(0), 2))
+    steps = np.asarray(out.metrics["env_steps"])  # cumulative
+    lengths = np.asarray(out.metrics["episode_length"])
+    ran = np.isfinite(lengths)
+    assert algo.num_updates == 40 and np.all(steps[:, -1] <= 1000) and np.all(steps[:, -1] > 800)
+    assert np.all(ran.sum(1) > 5) and np.all(~ran[:, -1])  # more than 5 ran, the last ones did not
+    np.testing.assert_allclose(np.diff(steps, axis=1)[:, :ran.sum(1).min() - 1],
+                               4 * lengths[:, 1:ran.sum(1).min()])
+    assert np.all(ran[:, :-1] >= ran[:, 1:])  # once spent, always spent
+
+
+# --------------------------------------------------------------------------- learning
+def test_short_cartpole_run_beats_random(tmp_path):
+    from purejaxrl_opt import runner
+
+    run = _grpo_run(update_epochs=4, num_minibatches=4, lr=1e-3, num_seeds=2,
+                    total_timesteps=12 * 64 * 500, eval_episodes=8)
+    result = runner.execute(run, tmp_path, loggers=())
+    summary = result.summary
+    assert summary["num_updates"] == 12 and summary["env_steps"] <= run.total_timesteps
+    assert summary["final_return_mean"] > 100, summary["final_return_per_seed"]  # random: ~22
