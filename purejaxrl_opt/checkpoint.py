@@ -139,7 +139,14 @@ class Checkpointer:
         self.fingerprint = fingerprint
         self.extra = dict(extra or {})  # more manifest entries (e.g. the run's evaluation settings)
         self.directory = checkpoint_dir(run_dir)
-        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True)
+        extra_options = {}
+        if jax.process_count() > 1:  # jax.distributed: only process 0 writes (host arrays, no sync)
+            extra_options["multiprocessing_options"] = ocp.options.MultiprocessingOptions(
+                primary_host=0, active_processes={0})
+            self_dir = checkpoint_dir(run_dir)
+            self_dir.mkdir(parents=True, exist_ok=True)  # orbax refuses create=True here
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=not extra_options,
+                                               **extra_options)
         self.manager = ocp.CheckpointManager(self.directory, options=options,
                                              item_names=("state", "manifest"))
         self.saved: list[int] = []

@@ -53,5 +53,13 @@ def k3_kl(log_prob: jnp.ndarray, log_prob_ref: jnp.ndarray) -> jnp.ndarray:
     return jnp.expm1(log_ratio) - log_ratio
 
 
-def normalize(x: jnp.ndarray, eps: float = 1e-8) -> jnp.ndarray:
-    return (x - x.mean()) / (x.std() + eps)
+def normalize(x: jnp.ndarray, eps: float = 1e-8, axis_name=None) -> jnp.ndarray:
+    """Zero mean, unit std. With ``axis_name`` (data parallel, equal shard sizes on every device) the
+    mean and std are those of the union of all devices' ``x``, via ``lax.pmean``."""
+    if axis_name is None:
+        return (x - x.mean()) / (x.std() + eps)
+    import jax
+
+    mean = jax.lax.pmean(x.mean(), axis_name)
+    var = jax.lax.pmean(jnp.mean(jnp.square(x - mean)), axis_name)
+    return (x - mean) / (jnp.sqrt(var) + eps)

@@ -59,16 +59,33 @@ class EpisodeStats(NamedTuple):
         return jnp.where(self.count > 0, self.length_sum / jnp.maximum(self.count, 1), jnp.nan)
 
 
-def reset_carry(env, env_params, key: jax.Array, num_envs: int) -> EnvCarry:
-    obs, env_state = envs.vmap_reset(env, env_params, jax.random.split(key, num_envs))
+def env_keys(key: jax.Array, num_envs: int, global_envs: tuple[int, Any] | None = None) -> jax.Array:
+    """``num_envs`` keys from ``key``. With ``global_envs = (total, offset)`` (data parallel) they are
+    rows ``offset .. offset+num_envs-1`` of ``split(key, total)``: env ``i`` of the global batch gets
+    the same key whichever device holds it, so a data-parallel rollout equals the one-device one."""
+    if global_envs is None:
+        return jax.random.split(key, num_envs)
+    total, offset = global_envs
+    return jax.lax.dynamic_slice_in_dim(jax.random.split(key, total), offset, num_envs)
+
+
+def reset_carry(env, env_params, key: jax.Array, num_envs: int,
+                global_envs: tuple[int, Any] | None = None) -> EnvCarry:
+    obs, env_state = envs.vmap_reset(env, env_params, env_keys(key, num_envs, global_envs))
     zeros = jnp.zeros((num_envs,), jnp.float32)
     return EnvCarry(env_state, obs, zeros, zeros)
 
 
 def collect(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn: ActorFn, actor_params,
             obs_norm: ObsNormState | None, carry: EnvCarry, key: jax.Array, num_steps: int,
-            clip_actions: bool = True) -> tuple[EnvCarry, Batch, EpisodeStats]:
-    """Step ``N`` auto-resetting envs for ``num_steps`` with actions sampled from the policy."""
+            clip_actions: bool = True,
+            global_envs: tuple[int, Any] | None = None) -> tuple[EnvCarry, Batch, EpisodeStats]:
+    """Step ``N`` auto-resetting envs for ``num_steps`` with actions sampled from the policy.
+
+    By default one key samples the actions of all ``N`` envs. With ``global_envs = (total, offset)``
+    (data parallel: these ``N`` envs are envs ``offset..offset+N-1`` of ``total``) every env samples
+    with its own key taken from the global split (:func:`env_keys`), for actions and env steps alike.
+    """
     num_envs = carry.obs.shape[0]
     step_env = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
@@ -76,11 +93,14 @@ def collect(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn: ActorF
         carry, stats = loop
         action_key, env_key = jax.random.split(step_key)
         dist_params = actor_fn(actor_params, envs.obs_norm_apply(obs_norm, carry.obs))
-        action = dist.sample(action_key, dist_params)
+        if global_envs is None:
+            action = dist.sample(action_key, dist_params)
+        else:
+            action = jax.vmap(dist.sample)(env_keys(action_key, num_envs, global_envs), dist_params)
         log_prob = dist.log_prob(dist_params, action)
         env_action = envs.to_env_action(spec, action, clip_actions)
         obs, env_state, reward, terminated, truncated, info = step_env(
-            jax.random.split(env_key, num_envs), carry.env_state, env_action, env_params)
+            env_keys(env_key, num_envs, global_envs), carry.env_state, env_action, env_params)
         reward = reward.astype(jnp.float32)
         done = jnp.logical_or(terminated, truncated)
         episode_return = carry.episode_return + reward

@@ -67,16 +67,66 @@ def loop_shape(algo: Algorithm, keys, hparams) -> Loop:
 
 
 class Compiled:
-    """The three jitted, lane-vmapped pieces of a run, compiled ahead of time."""
+    """The three jitted, lane-vmapped pieces of a run, compiled ahead of time.
 
-    def __init__(self, algo: Algorithm, keys: jax.Array, hparams: dict):
+    With an active ``layout`` (:mod:`purejaxrl_opt.parallel`) they are ``shard_map``s over its mesh,
+    compiled with the mesh's in/out shardings; ``data_algo`` is the data-parallel algorithm.
+    """
+
+    def __init__(self, algo: Algorithm, keys: jax.Array, hparams: dict, layout=None, data_algo=None):
         start = time.perf_counter()
+        active = layout is not None and (layout.active or data_algo is not None)
+        self.layout = layout if active else None
+        if self.layout is not None:
+            self._compile_sharded(algo, keys, hparams, data_algo)
+            self.seconds = time.perf_counter() - start
+            return
+        self.specs = None
         self.init = jax.jit(jax.vmap(partial(init_loop, algo))).lower(keys, hparams).compile()
         shape = loop_shape(algo, keys, hparams)
         self.updates = jax.jit(jax.vmap(partial(run_updates, algo), in_axes=(0, None, None))).lower(
             shape, jnp.int32(0), jnp.int32(1)).compile()
         self.evaluate = jax.jit(jax.vmap(partial(evaluate_loop, algo))).lower(shape).compile()
         self.seconds = time.perf_counter() - start
+
+    def _compile_sharded(self, algo, keys, hparams, data_algo) -> None:
+        from purejaxrl_opt import parallel
+
+        layout = self.layout
+        init, updates, evaluate, self.specs, shape = parallel.sharded_functions(
+            layout, algo, keys, hparams, data_algo)
+        lane, rep = layout.lane_sharding, layout.replicated
+        loop_sh = parallel.shardings(layout, self.specs)
+        self.init = jax.jit(init, in_shardings=(lane, lane), out_shardings=loop_sh).lower(
+            keys, hparams).compile()
+        self.updates = jax.jit(updates, in_shardings=(loop_sh, rep, rep), out_shardings=loop_sh).lower(
+            shape, jnp.int32(0), jnp.int32(1)).compile()
+        self.evaluate = jax.jit(evaluate, in_shardings=(loop_sh,), out_shardings=lane).lower(
+            shape).compile()
+
+    def place_inputs(self, keys, hparams):
+        """Keys and hparams on the mesh (a no-op without a layout)."""
+        if self.layout is None:
+            return keys, hparams
+        from purejaxrl_opt import parallel
+
+        lane = self.layout.lane_sharding
+        return (parallel.put(keys, lane),
+                parallel.put(hparams, jax.tree_util.tree_map(lambda _: lane, hparams)))
+
+    def place_loop(self, loop):
+        """A restored (host) Loop on the mesh (a no-op without a layout)."""
+        if self.layout is None or loop is None:
+            return loop
+        from purejaxrl_opt import parallel
+
+        return parallel.place(self.layout, loop, self.specs)
+
+
+def _to_host(tree):
+    from purejaxrl_opt import parallel
+
+    return parallel.to_host(tree)
 
 
 def chunk_sizes(num_updates: int, num_chunks: int) -> list[int]:
@@ -107,6 +157,10 @@ def train_lanes(compiled: Compiled, keys, hparams, num_updates: int, num_chunks:
     ``checkpoint_every`` and after the last one. Both run once the *next* chunk is dispatched.
     """
     start = time.perf_counter()
+    place_inputs = getattr(compiled, "place_inputs", None)
+    if place_inputs is not None:
+        keys, hparams = place_inputs(keys, hparams)
+        loop = compiled.place_loop(loop)
     if loop is None:
         loop, done = compiled.init(keys, hparams), 0
     else:
@@ -115,7 +169,7 @@ def train_lanes(compiled: Compiled, keys, hparams, num_updates: int, num_chunks:
 
     def _after(chunk_loop: Loop, updates_done: int) -> None:
         if on_chunk is not None:
-            metrics = jax.device_get(chunk_loop.metrics)  # waits for this chunk only
+            metrics = _to_host(chunk_loop.metrics)  # waits for this chunk only
             on_chunk(metrics, updates_done, time.perf_counter() - start)
         if on_checkpoint is not None and (updates_done == num_updates or (
                 checkpoint_every > 0 and updates_done % checkpoint_every == 0)):
@@ -138,21 +192,29 @@ def train_lanes(compiled: Compiled, keys, hparams, num_updates: int, num_chunks:
 
 def execute(run: RunConfig, out_dir: str | os.PathLike, loggers=(), num_chunks: int = 1,
             plan: sweep.SweepPlan | None = None, checkpoints: CheckpointSettings | None = None,
-            resume: bool = False) -> RunResult:
+            resume: bool = False, parallel=None) -> RunResult:
     """Train every lane of ``run`` (x ``plan``'s configs) and write ``metrics.csv``, ``summary.json``
     and ``learning_curve.png`` into ``out_dir``.
 
     ``checkpoints`` (default: none) saves the training state into ``out_dir/checkpoints``;
     ``resume`` continues from the latest checkpoint there. Every check that can fail on bad input
     (no checkpoint, a mismatching or corrupt one, a fresh run over existing checkpoints) runs before
-    anything is compiled or written.
+    anything is compiled or written; so does the device layout check. ``parallel``
+    (:class:`purejaxrl_opt.parallel.ParallelSettings`, default lanes=auto, data=1) shards the lanes
+    over the local devices and/or runs each agent data parallel over ``data`` devices.
     """
+    from purejaxrl_opt import parallel as par
+
     out_dir = Path(out_dir)
-    algo = algos.make_algorithm(run)
+    env = algos.make_env(run)
+    algo = algos.make_algorithm(run, env)
     lanes = sweep.lanes(run, plan)
+    layout = par.make_layout(parallel if parallel is not None else par.ParallelSettings(), run,
+                             len(lanes))
+    data_algo = algos.make_algorithm(run, env, axis_name=par.DATA) if layout.data > 1 else None
     keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray([lane.seed for lane in lanes], jnp.uint32))
     hparams = {k: jnp.asarray(v) for k, v in sweep.lane_hparams(run, plan).items()}
-    shape = loop_shape(algo, keys, hparams)
+    shape = loop_shape(algo, keys, hparams)  # global shapes, the same with or without a layout
     checkpoints = checkpoints or CheckpointSettings(every_updates=0, final=False)
     fingerprint = checkpoint.fingerprint(run, plan, shape)
     restored, start_update = None, 0
@@ -164,10 +226,13 @@ def execute(run: RunConfig, out_dir: str | os.PathLike, loggers=(), num_chunks: 
             f"{checkpoint.available_steps(out_dir)}; continue that run with resume={out_dir} or "
             "choose another run dir (nothing was overwritten)")
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    main = par.is_main_process()  # with jax.distributed, only process 0 writes and logs
+    loggers = loggers if main else ()
+    if main:
+        out_dir.mkdir(parents=True, exist_ok=True)
     for logger in loggers:
         logger.start(run, algo, out_dir, lanes=lanes, plan=plan, start_update=start_update)
-    compiled = Compiled(algo, keys, hparams)
+    compiled = Compiled(algo, keys, hparams, layout, data_algo)
     for logger in loggers:
         logger.compiled(compiled.seconds)
 
@@ -177,26 +242,34 @@ def execute(run: RunConfig, out_dir: str | os.PathLike, loggers=(), num_chunks: 
 
     evaluation = {k: getattr(run, k) for k in checkpoint.EVAL_ONLY_KEYS}  # defaults of the evaluate CLI
     saver = (checkpoint.Checkpointer(out_dir, fingerprint, checkpoints.keep, {"evaluation": evaluation})
-             if checkpoints.enabled else None)
+             if checkpoints.enabled and main else None)
+    multi_process = jax.process_count() > 1
 
     def on_checkpoint(loop, updates_done):
         if updates_done < algo.num_updates or checkpoints.final or (
                 checkpoints.every_updates and updates_done % checkpoints.every_updates == 0):
-            saver.save(loop, updates_done)
+            if multi_process:  # a collective: every process gathers, process 0 saves
+                loop = _to_host(loop)
+            if saver is not None:
+                saver.save(loop, updates_done)
 
     try:
         loop, run_seconds = train_lanes(
             compiled, keys, hparams, algo.num_updates, num_chunks, on_chunk, loop=restored,
             checkpoint_every=checkpoints.every_updates,
-            on_checkpoint=on_checkpoint if saver is not None else None)
+            on_checkpoint=on_checkpoint if checkpoints.enabled else None)
     finally:
         if saver is not None:
             saver.close()
-    eval_returns = np.asarray(compiled.evaluate(loop))
-    metrics = jax.tree_util.tree_map(np.asarray, loop.metrics)
-    num_params = count_params(jax.tree_util.tree_map(lambda x: x[0], algo.param_fn(loop.algo_state)))
+    eval_returns = np.asarray(_to_host(compiled.evaluate(loop)))
+    metrics = jax.tree_util.tree_map(np.asarray, _to_host(loop.metrics))
+    num_params = count_params(jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
+                                                     algo.param_fn(loop.algo_state)))
     summary = make_summary(run, algo, metrics, eval_returns, compiled.seconds, run_seconds, num_params,
-                           lanes=lanes, plan=plan, start_update=start_update)
+                           lanes=lanes, plan=plan, start_update=start_update,
+                           parallel_layout=layout.describe())
+    if not main:
+        return RunResult(summary, loop, eval_returns)
     write_metrics_csv(out_dir / "metrics.csv", run, metrics, hparams, lanes=lanes, plan=plan)
     write_json_atomic(out_dir / "summary.json", summary)
     _plot_learning_curve(out_dir, summary, metrics)
@@ -224,7 +297,7 @@ def _aggregate(per_seed: np.ndarray) -> dict:
 def make_summary(run: RunConfig, algo: Algorithm, metrics: dict, eval_returns: np.ndarray,
                  compile_seconds: float, run_seconds: float, num_params: int,
                  lanes: list | None = None, plan: sweep.SweepPlan | None = None,
-                 start_update: int = 0) -> dict:
+                 start_update: int = 0, parallel_layout: dict | None = None) -> dict:
     """``final_return_*`` aggregate every lane; with a sweep, ``sweep.configs`` has them per config."""
     per_lane = eval_returns.mean(axis=1)
     env_steps = metrics["env_steps"][:, -1]  # cumulative, per lane
@@ -254,6 +327,7 @@ def make_summary(run: RunConfig, algo: Algorithm, metrics: dict, eval_returns: n
         "resumed_from_update": start_update,
         "config": config_dict(run),
         "device": describe_device(),
+        "parallel": parallel_layout,
         "jax_version": jax.__version__,
         "host": platform.node(),
     }

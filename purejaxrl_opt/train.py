@@ -101,8 +101,13 @@ def run_from_config(cfg: DictConfig, out_dir: str):
     Every check of the input (config keys and values, the sweep, checkpoint settings, the resume dir,
     W&B credentials) runs here or in the runner before anything is compiled.
     """
-    from purejaxrl_opt import loggers, runner, sweep
+    from purejaxrl_opt import parallel
 
+    # several processes (parallel.coordinator or the environment / SLURM): before JAX uses a device,
+    # so before the env/network modules are imported
+    parallel.initialize_distributed(
+        OmegaConf.to_container(cfg.parallel, resolve=True) if "parallel" in cfg else None)
+    from purejaxrl_opt import loggers, runner, sweep
     run = from_dictconfig(cfg)
     progress = OmegaConf.select(cfg, "progress.mode", default="auto")
     if progress not in PROGRESS_MODES:
@@ -115,10 +120,13 @@ def run_from_config(cfg: DictConfig, out_dir: str):
     plan = sweep.plan_from_config(sweep_cfg, run)
     checkpoints = checkpoint_settings(cfg)
     resume = resume_dir(cfg)
+    section = OmegaConf.to_container(cfg.parallel, resolve=True) if "parallel" in cfg else None
+    parallel_settings = parallel.settings_from_config(section)
     logger_cfg = OmegaConf.to_container(cfg.logger, resolve=True) if "logger" in cfg else {}
     sinks = loggers.make_loggers(_default_wandb_group(dict(logger_cfg or {})), progress)
     return runner.execute(run, resume or out_dir, sinks, num_chunks=chunks if progress != "off" else 1,
-                          plan=plan, checkpoints=checkpoints, resume=resume is not None)
+                          plan=plan, checkpoints=checkpoints, resume=resume is not None,
+                          parallel=parallel_settings)
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")

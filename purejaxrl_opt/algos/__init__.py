@@ -21,18 +21,30 @@ REGISTRY: dict[str, str] = {
 }
 
 
+# algorithms whose make_algorithm accepts axis_name (data parallel inside shard_map)
+DATA_PARALLEL: frozenset[str] = frozenset({"ppo"})
+
+
 def make_env(run: RunConfig):
     """``(env, env_params, spec)`` for the run's env config."""
     return envs.make(run.env.id, dict(run.env.params))
 
 
-def make_algorithm(run: RunConfig, env: tuple | None = None) -> Algorithm:
-    """Build the :class:`Algorithm` for ``run``; ``env`` is an optional ``(env, env_params, spec)``."""
+def make_algorithm(run: RunConfig, env: tuple | None = None, axis_name: str | None = None) -> Algorithm:
+    """Build the :class:`Algorithm` for ``run``; ``env`` is an optional ``(env, env_params, spec)``.
+
+    ``axis_name``: data parallel over that ``shard_map`` mesh axis (algorithms in ``DATA_PARALLEL``
+    only); None = one device, unchanged numbers."""
     if run.algo.name not in REGISTRY:
         raise ValueError(f"unknown algo '{run.algo.name}'; registered: {sorted(REGISTRY)}")
     env, env_params, spec = env if env is not None else make_env(run)
     module = importlib.import_module(REGISTRY[run.algo.name])
-    return module.make_algorithm(run, env, env_params, spec)
+    if axis_name is None:
+        return module.make_algorithm(run, env, env_params, spec)
+    if run.algo.name not in DATA_PARALLEL:
+        raise ValueError(f"algo '{run.algo.name}' has no data-parallel mode; supported: "
+                         f"{sorted(DATA_PARALLEL)}")
+    return module.make_algorithm(run, env, env_params, spec, axis_name=axis_name)
 
 
 def make_train(run: RunConfig, env: tuple | None = None) -> Callable[..., TrainOutput]:

@@ -51,12 +51,34 @@ def annealed(lr, update_idx, num_updates: int, anneal: bool):
     return lr * (1.0 - update_idx / num_updates) if anneal else lr
 
 
-def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
+def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Algorithm:
+    """PPO for ``run``. ``axis_name`` (default None: one device, bitwise the original numbers) makes it
+    data parallel over that mapped axis (``shard_map``): each device steps ``num_envs / n`` of the
+    agent's envs, env ``i`` of the global batch drawing the same keys on whichever device it lives
+    (:func:`rollout.env_keys`); gradients, advantage-normalisation statistics, episode statistics and
+    metrics are reduced over the axis, parameters and optimizer state stay replicated. Minibatches:
+    every device shuffles its own shard (its own key) and cuts it into ``num_minibatches`` pieces;
+    the global minibatch is the union of the devices' pieces (``num_envs*num_steps/num_minibatches``
+    samples in all), and its gradient is the ``pmean`` of the local ones.
+    """
     cfg: PPOConfig = run.algo
     dist = for_spec(spec.discrete)
     actor, critic = Actor(spec, run.network), Critic(spec, run.network)
     num_updates = run.num_updates
-    batch_size = cfg.num_envs * cfg.num_steps
+    global_batch_size = cfg.num_envs * cfg.num_steps
+
+    def shard():
+        """(local num_envs, global_envs) of this device; traced inside the mapped axis."""
+        if axis_name is None:
+            return cfg.num_envs, None
+        local = cfg.num_envs // jax.lax.axis_size(axis_name)
+        return local, (cfg.num_envs, jax.lax.axis_index(axis_name) * local)
+
+    def pmean(x):
+        return x if axis_name is None else jax.lax.pmean(x, axis_name)
+
+    def psum(x):
+        return x if axis_name is None else jax.lax.psum(x, axis_name)
 
     def init(key, hparams):
         actor_key, critic_key, env_key, key = jax.random.split(key, 4)
@@ -65,13 +87,15 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         # the optimizer works on one flat vector: one fused Adam update instead of one per leaf
         opt_state = adam(hparams, hparams["lr"]).init(ravel_pytree(params)[0])
         obs_norm = envs.obs_norm_init(spec.obs_shape) if run.env.normalize_obs else None
-        return PPOState(params, opt_state, rollout.reset_carry(env, env_params, env_key, cfg.num_envs),
-                        obs_norm, key)
+        num_envs, global_envs = shard()
+        carry = rollout.reset_carry(env, env_params, env_key, num_envs, global_envs)
+        return PPOState(params, opt_state, carry, obs_norm, key)
 
     def loss_fn(params, mb: Minibatch, hparams):
         dist_params = actor.apply(params["actor"], mb.obs)
         log_prob = dist.log_prob(dist_params, mb.action)
-        advantages = losses.normalize(mb.advantages) if cfg.normalize_advantages else mb.advantages
+        advantages = (losses.normalize(mb.advantages, axis_name=axis_name) if cfg.normalize_advantages
+                      else mb.advantages)
         policy_loss = -losses.clipped_surrogate(log_prob, mb.log_prob_old, advantages,
                                                 hparams["clip_eps"]).mean()
         values = critic.apply(params["critic"], mb.obs)
@@ -87,9 +111,12 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
 
     def update(state: PPOState, hparams, update_idx):
         key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
+        num_envs, global_envs = shard()
+        batch_size = num_envs * cfg.num_steps  # this device's
         carry, batch, stats = rollout.collect(
             env, env_params, spec, dist, actor.apply, state.params["actor"], state.obs_norm,
-            state.env, rollout_key, cfg.num_steps, run.env.clip_actions)
+            state.env, rollout_key, cfg.num_steps, run.env.clip_actions, global_envs)
+        stats = jax.tree_util.tree_map(psum, stats)
 
         obs = envs.obs_norm_apply(state.obs_norm, batch.obs)
         values = critic.apply(state.params["critic"], obs)
@@ -109,10 +136,13 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         def _update_minibatch(train, mb: Minibatch):
             flat_params, opt_state = train
             grads, diagnostics = grad_fn(flat_params, mb)
+            grads = pmean(grads)  # equal local minibatch sizes: the gradient of the global mean loss
             updates, opt_state = optimizer.update(grads, opt_state, flat_params)
             return (flat_params + updates, opt_state), diagnostics
 
         def _update_epoch(train, epoch_key):
+            if axis_name is not None:  # every device shuffles its own shard
+                epoch_key = jax.random.fold_in(epoch_key, jax.lax.axis_index(axis_name))
             # one gather per epoch; minibatches are then contiguous slices of the shuffled batch
             order = jax.random.permutation(epoch_key, batch_size)
             shuffled = jax.tree_util.tree_map(
@@ -124,12 +154,16 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
             jax.random.split(shuffle_key, cfg.update_epochs))
         params = unravel(flat_params)
 
-        obs_norm = (envs.obs_norm_update(state.obs_norm, batch.obs)
-                    if state.obs_norm is not None else None)
-        metrics = {k: v.mean() for k, v in diagnostics.items()}
+        obs_norm = None
+        if state.obs_norm is not None:
+            # the global batch in single-device order, so the statistics are the same everywhere
+            all_obs = (batch.obs if axis_name is None else
+                       jax.lax.all_gather(batch.obs, axis_name, axis=1, tiled=True))
+            obs_norm = envs.obs_norm_update(state.obs_norm, all_obs)
+        metrics = {k: pmean(v.mean()) for k, v in diagnostics.items()}
         metrics.update(return_mean=stats.return_mean(), episode_length=stats.length_mean(),
                        episodes=stats.count, learning_rate=learning_rate,
-                       env_steps=jnp.asarray(batch_size, jnp.float32))
+                       env_steps=jnp.asarray(global_batch_size, jnp.float32))
         return PPOState(params, opt_state, carry, obs_norm, key), metrics
 
     def param_fn(state: PPOState):

@@ -1,0 +1,220 @@
+"""Multi-device execution on simulated CPU devices (purejaxrl_opt/parallel.py).
+
+The device count must be set before JAX initialises, and this pytest process already has one CPU
+device, so the multi-device checks run in a subprocess with
+``XLA_FLAGS=--xla_force_host_platform_device_count=4``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import pytest
+
+from purejaxrl_opt import parallel
+from purejaxrl_opt.config import ConfigError, PPOConfig
+from tests.conftest import small_run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_with_devices(code: str, devices: int = 4, timeout: int = 240) -> str:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT),
+               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} "
+                         "--xla_backend_optimization_level=1")
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_lane_sharding_gives_exactly_the_per_lane_results():
+    """4 lanes over 4 devices: every lane's metrics, params and eval returns are bitwise those of the
+    unsharded run of the same lane block (here: the single-seed run of that seed)."""
+    out = run_with_devices("""
+        import tempfile
+        import jax, numpy as np
+        from purejaxrl_opt import algos, parallel, runner
+        from tests.conftest import small_run
+        assert len(jax.devices()) == 4
+        run = small_run(num_seeds=4, total_timesteps=2048, eval_episodes=2)
+        sharded = runner.execute(run, tempfile.mkdtemp(), num_chunks=2,
+                                 parallel=parallel.ParallelSettings("auto"))
+        assert sharded.summary["parallel"] == {"devices": 4, "lane_shards": 4, "data": 1}
+        assert len(sharded.loop.algo_state.params["actor"]["params"]["Dense_0"]["kernel"]
+                   .sharding.device_set) == 4
+        train = jax.jit(jax.vmap(algos.make_train(run)))  # unsharded, one lane at a time
+        keys = runner.lane_keys(run.seed, run.num_seeds)
+        for lane in range(4):
+            ref = train(keys[lane:lane + 1])
+            for name, values in ref.metrics.items():
+                np.testing.assert_array_equal(np.asarray(values),
+                                              np.asarray(sharded.loop.metrics[name])[lane:lane + 1],
+                                              err_msg=name)
+            np.testing.assert_array_equal(np.asarray(ref.eval_returns),
+                                          sharded.eval_returns[lane:lane + 1])
+            jax.tree_util.tree_map(
+                lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)[lane:lane + 1]),
+                ref.loop.algo_state.params, sharded.loop.algo_state.params)
+        print("LANES_OK")
+    """)
+    assert "LANES_OK" in out
+
+
+def test_data_parallel_ppo_matches_one_device_on_the_same_batch():
+    """One agent's 8 envs over 4 devices == the same agent on one device (update_epochs=1,
+    num_minibatches=1, so minibatch composition is irrelevant), within float tolerance."""
+    out = run_with_devices("""
+        import jax, numpy as np
+        from jax.sharding import Mesh
+        from purejaxrl_opt import algos, parallel, runner
+        from purejaxrl_opt.config import PPOConfig
+        from tests.conftest import small_run
+        run = small_run(PPOConfig(num_envs=8, num_steps=32, update_epochs=1, num_minibatches=1),
+                        num_seeds=1, total_timesteps=8 * 32 * 4, eval_episodes=4)
+        algo, data_algo = algos.make_algorithm(run), algos.make_algorithm(run, axis_name="data")
+        keys = runner.lane_keys(0, 1)
+        hparams = runner.lane_hparams(algo, 1)
+
+        def train(data):
+            devices = np.asarray(jax.devices()[:data], dtype=object).reshape(1, data)
+            layout = parallel.Layout(Mesh(devices, ("lanes", "data")), 1, data)
+            compiled = runner.Compiled(algo, keys, hparams, layout, data_algo)
+            loop, _ = runner.train_lanes(compiled, keys, hparams, algo.num_updates, 2)
+            return loop, np.asarray(compiled.evaluate(loop))
+
+        one, one_eval = train(1)
+        four, four_eval = train(4)
+        env_state = four.algo_state.env.obs
+        assert env_state.shape[1] == 8 and len(env_state.sharding.device_set) == 4
+        jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6),
+                               one.algo_state.params, four.algo_state.params)
+        for name in one.metrics:
+            np.testing.assert_allclose(np.asarray(one.metrics[name]), np.asarray(four.metrics[name]),
+                                       rtol=1e-4, atol=1e-5, err_msg=name)
+        np.testing.assert_array_equal(np.asarray(one.metrics["episodes"]),
+                                      np.asarray(four.metrics["episodes"]))
+        np.testing.assert_array_equal(one_eval, four_eval)
+        print("DATA_OK", float(np.nanmax(np.abs(np.asarray(one.metrics["value_loss"])
+                                                 - np.asarray(four.metrics["value_loss"])))))
+    """)
+    assert "DATA_OK" in out
+
+
+def test_data_parallel_through_the_runner_and_layout_errors():
+    """execute() with parallel.data=2 on 4 devices (2 lane shards x 2); bad layouts are ConfigErrors
+    raised before compiling."""
+    out = run_with_devices("""
+        import tempfile
+        import numpy as np
+        from purejaxrl_opt import parallel, runner
+        from purejaxrl_opt.config import ConfigError, PPOConfig
+        from tests.conftest import small_run
+        ppo = PPOConfig(num_envs=4, num_steps=32, num_minibatches=2, update_epochs=2)
+        run = small_run(ppo, num_seeds=2, total_timesteps=4 * 32 * 3, eval_episodes=2)
+        result = runner.execute(run, tempfile.mkdtemp(), parallel=parallel.ParallelSettings("auto", 2))
+        assert result.summary["parallel"] == {"devices": 4, "lane_shards": 2, "data": 2}
+        assert np.isfinite(result.loop.metrics["value_loss"]).all()
+        for bad, settings, words in [
+                (small_run(ppo, num_seeds=3), parallel.ParallelSettings(), "num_seeds"),
+                (run, parallel.ParallelSettings("auto", 8), "only 4 device"),
+                (run, parallel.ParallelSettings("auto", 3), "does not divide the 4 devices"),
+                (small_run(PPOConfig(num_envs=6), num_seeds=2), parallel.ParallelSettings("off", 4),
+                 "num_envs")]:
+            try:
+                runner.execute(bad, tempfile.mkdtemp(), parallel=settings)
+            except ConfigError as error:
+                assert words in str(error), error
+            else:
+                raise AssertionError(f"no error for {settings}")
+        print("RUNNER_OK")
+    """)
+    assert "RUNNER_OK" in out
+
+
+def test_one_device_layout_is_inactive_and_settings_are_validated():
+    run = small_run(num_seeds=3)
+    layout = parallel.make_layout(parallel.ParallelSettings(), run, 3, devices=jax.devices()[:1])
+    assert not layout.active and layout.describe() == {"devices": 1, "lane_shards": 1, "data": 1}
+    with pytest.raises(ConfigError, match="parallel.lanes"):
+        parallel.settings_from_config({"lanes": "all"})
+    with pytest.raises(ConfigError, match="parallel.data"):
+        parallel.settings_from_config({"data": 0})
+    with pytest.raises(ConfigError, match="parallel.bogus"):
+        parallel.settings_from_config({"bogus": 1})
+    with pytest.raises(ConfigError, match="only 1 device"):
+        parallel.make_layout(parallel.ParallelSettings("auto", 2), small_run(PPOConfig()), 1,
+                             devices=jax.devices()[:1])
+
+
+WORKER = """
+import os, sys
+from purejaxrl_opt import parallel
+port, pid, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+info = parallel.initialize_distributed({"coordinator": f"127.0.0.1:{port}", "num_processes": 2,
+                                        "process_id": pid, "init_timeout_s": 60})
+import jax, numpy as np
+from purejaxrl_opt import runner
+from purejaxrl_opt.config import PPOConfig
+from tests.conftest import small_run
+assert jax.process_count() == 2 and len(jax.devices()) == 2, jax.devices()
+run = small_run(PPOConfig(num_envs=4, num_steps=32, num_minibatches=2, update_epochs=2), num_seeds=1,
+                total_timesteps=4 * 32 * 3, eval_episodes=2)
+result = runner.execute(run, out, num_chunks=2, parallel=parallel.ParallelSettings("auto", 2),
+                        checkpoints=runner.CheckpointSettings(final=True))
+assert result.summary["parallel"] == {"devices": 2, "lane_shards": 1, "data": 2}
+params = parallel.to_host(result.loop.algo_state.params)
+flat = np.concatenate([np.asarray(x).ravel() for x in jax.tree_util.tree_leaves(params)])
+np.save(os.path.join(os.path.dirname(out), f"params_{pid}.npy"), flat)
+print("WORKER_OK", pid)
+"""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_two_processes_train_one_data_parallel_agent(tmp_path):
+    """jax.distributed on 127.0.0.1 (gloo CPU collectives): one agent's envs split over the two
+    processes' devices; both end with identical params, only process 0 writes artifacts."""
+    import numpy as np
+
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+    env.pop("XLA_FLAGS", None)
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(port), str(pid), str(tmp_path / f"out{pid}")],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for pid in (0, 1)]
+    try:
+        logs = [proc.communicate(timeout=240)[0] for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    for pid, (proc, log) in enumerate(zip(procs, logs)):
+        assert proc.returncode == 0 and f"WORKER_OK {pid}" in log, log[-3000:]
+    np.testing.assert_array_equal(np.load(tmp_path / "params_0.npy"), np.load(tmp_path / "params_1.npy"))
+    assert {p.name for p in (tmp_path / "out0").iterdir()} >= {"summary.json", "metrics.csv", "checkpoints"}
+    assert not (tmp_path / "out1").exists()  # process 1 wrote nothing
+
+
+def test_unreachable_coordinator_is_a_clear_error_within_the_timeout():
+    import time
+
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match="unreachable after 2 s"):
+        parallel.initialize_distributed({"coordinator": f"127.0.0.1:{_free_port()}",
+                                         "num_processes": 2, "process_id": 1, "init_timeout_s": 2})
+    assert time.monotonic() - start < 10
+    with pytest.raises(ConfigError, match="process_id"):
+        parallel.initialize_distributed({"coordinator": "127.0.0.1:1", "num_processes": 2,
+                                         "process_id": 2})
