@@ -37,10 +37,14 @@ def _recent_return(metrics: dict, updates_done: int, window: int = 10) -> float:
 class Console(Sink):
     """One line at start, one after compiling, one at the end; progress as a bar (TTY) or lines."""
 
-    def __init__(self, progress: str = "auto", stream=None):
+    def __init__(self, progress: str = "auto", stream=None, line_every_seconds: float = 10.0):
         self.stream = stream or sys.stdout
         tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.mode = {"auto": "bar" if tty else "lines"}.get(progress, progress)
+        # plain progress lines (not a TTY) at most this often: short runs stay quiet (start, compile
+        # and final lines only), long ones report
+        self.line_every_seconds = line_every_seconds
+        self._last_line = 0.0
 
     def _print(self, text: str, end: str = "\n") -> None:
         print(text, end=end, file=self.stream, flush=True)
@@ -61,6 +65,10 @@ class Console(Sink):
     def progress(self, metrics, updates_done, num_updates, seconds, start_update=0):
         if self.mode == "off":
             return
+        if self.mode == "lines":
+            if updates_done >= num_updates or seconds - self._last_line < self.line_every_seconds:
+                return
+            self._last_line = seconds
         env_steps = np.asarray(metrics["env_steps"])
         steps = float(np.nansum(env_steps[:, updates_done - 1]))
         if start_update > 0:  # rate and ETA of this process only

@@ -131,6 +131,11 @@ def run_from_config(cfg: DictConfig, out_dir: str):
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float:
+    # Hydra sets the root logger to INFO; JAX's backend probing ("Unable to initialize backend
+    # 'tpu'") is not news to a user
+    import logging
+
+    logging.getLogger("jax").setLevel(logging.WARNING)
     try:
         result = run_from_config(cfg, HydraConfig.get().runtime.output_dir)
     except ConfigError as error:

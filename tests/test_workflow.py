@@ -126,11 +126,14 @@ def test_console_progress_bar_and_lines():
 
     bar, lines = TTY(), io.StringIO()
     Console("auto", bar).progress(metrics, 2, 4, 0.5)
-    Console("auto", lines).progress(metrics, 2, 4, 0.5)
+    Console("auto", lines, line_every_seconds=0).progress(metrics, 2, 4, 0.5)
+    quiet = io.StringIO()  # a short run prints no progress lines at all
+    Console("auto", quiet).progress(metrics, 2, 4, 0.5)
+    assert quiet.getvalue() == ""
     assert bar.getvalue().startswith("\r[###############...............] update 2/4")
     assert lines.getvalue().startswith("[purejaxrl_opt] update 2/4  return 15.00  4,096 steps/s  eta 0s")
     resumed = io.StringIO()  # a resumed run's rate counts only this process's steps
-    Console("lines", resumed).progress(metrics, 2, 4, 0.5, start_update=1)
+    Console("lines", resumed, line_every_seconds=0).progress(metrics, 2, 4, 0.5, start_update=1)
     assert "2,048 steps/s" in resumed.getvalue()
 
 
