@@ -1,0 +1,202 @@
+"""TRPO (Schulman et al. 2015): a natural-gradient trust-region policy step, GAE critic trained by Adam.
+
+Only what is TRPO lives here; rollout, GAE, networks, the loop and evaluation are shared, and the
+Fisher-vector products, conjugate gradient and line search are in natural_gradient.py. Per update:
+
+1. collect ``[num_steps, num_envs]`` transitions; GAE with the current critic;
+2. policy: maximise ``L(theta) = mean(exp(logp_theta - logp_old) A)`` subject to
+   ``mean KL(pi_old || pi_theta) <= max_kl`` by one CG + backtracking step (or no step at all);
+   ``logp_old`` is recomputed at ``theta_old`` on the batch (the rollout's values up to float
+   rounding), so the ratio is exactly 1 there;
+3. critic: Adam for ``critic_epochs x critic_minibatches`` on the GAE returns.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+from jax.flatten_util import ravel_pytree
+
+from purejaxrl_opt import envs, losses, natural_gradient, rollout
+from purejaxrl_opt.algos.base import Algorithm
+from purejaxrl_opt.config import RunConfig, TRPOConfig
+from purejaxrl_opt.distributions import for_spec
+from purejaxrl_opt.networks import Actor, Critic
+
+METRICS = ("return_mean", "episode_length", "episodes", "kl", "surrogate_improvement",
+           "expected_improvement", "backtracks", "cg_residual", "step_norm", "entropy", "value_loss",
+           "nan_steps")
+
+
+@struct.dataclass
+class TRPOState:
+    actor_params: Any
+    critic_params: Any
+    critic_opt_state: Any  # Adam state of the flattened critic parameters
+    env: rollout.EnvCarry
+    obs_norm: envs.ObsNormState | None
+    key: jax.Array
+
+
+def critic_adam(hparams) -> optax.GradientTransformation:
+    """Adam with global-norm clipping for the critic (a flat vector: one fused update)."""
+    return optax.chain(optax.clip_by_global_norm(hparams["critic_max_grad_norm"]),
+                       optax.scale_by_adam(eps=1e-5), optax.scale(-hparams["critic_lr"]))
+
+
+def fvp_sample_size(cfg: TRPOConfig) -> int:
+    """Static number of samples the Fisher-vector products use (``fvp_subsample`` of the batch)."""
+    batch_size = cfg.num_envs * cfg.num_steps
+    return min(max(int(batch_size * cfg.fvp_subsample), 1), batch_size)
+
+
+class PolicyProblem(NamedTuple):
+    """The trust-region problem of one batch, on the flat actor parameters ``theta [P]``."""
+
+    theta_old: jnp.ndarray  # [P]
+    unravel: Callable  # theta [P] -> actor params pytree
+    objective_fn: Callable  # theta -> (L(theta), mean KL(pi_old || pi_theta)), both on the full batch
+    fvp: natural_gradient.MatVec  # v [P] -> F v [P] at theta_old (on the fvp_subsample subset)
+    entropy: jnp.ndarray  # mean entropy of pi_old on the batch
+
+
+class TRPOParts(NamedTuple):
+    """TRPO's pieces as pure functions, shared by :func:`make_algorithm` and the benchmark."""
+
+    actor: Actor
+    critic: Critic
+    dist: Any
+    # (actor_params, obs [B, *obs], action [B, ...], advantages [B], key) -> PolicyProblem
+    policy_problem: Callable
+    # (actor_params, obs, action, advantages, key, hparams, max_kl) -> (actor_params, metrics)
+    policy_step: Callable
+    # (critic_params, opt_state, obs [B, *obs], returns [B], key, hparams) -> (params, opt_state, loss)
+    critic_step: Callable
+
+
+def make_parts(run: RunConfig, spec) -> TRPOParts:
+    cfg: TRPOConfig = run.algo
+    dist = for_spec(spec.discrete)
+    actor, critic = Actor(spec, run.network), Critic(spec, run.network)
+    batch_size = cfg.num_envs * cfg.num_steps
+    fvp_samples = fvp_sample_size(cfg)
+
+    def policy_problem(actor_params, obs, action, advantages, fvp_key) -> PolicyProblem:
+        theta_old, unravel = ravel_pytree(actor_params)
+
+        def dist_fn(theta, observations):
+            return actor.apply(unravel(theta), observations)
+
+        dist_old = jax.lax.stop_gradient(dist_fn(theta_old, obs))
+        log_prob_old = dist.log_prob(dist_old, action)
+
+        def objective_fn(theta):
+            dist_params = dist_fn(theta, obs)  # one forward pass serves both the surrogate and the KL
+            ratio = jnp.exp(dist.log_prob(dist_params, action) - log_prob_old)
+            return jnp.mean(ratio * advantages), jnp.mean(dist.kl(dist_old, dist_params))
+
+        if fvp_samples < batch_size:  # a fresh fixed-size random subset of the batch
+            fvp_obs = obs[jax.random.permutation(fvp_key, batch_size)[:fvp_samples]]
+        else:
+            fvp_obs = obs
+        fvp = natural_gradient.make_fisher_vector_product(
+            lambda theta: dist_fn(theta, fvp_obs), dist, theta_old, cfg.fvp)
+        return PolicyProblem(theta_old, unravel, objective_fn, fvp, dist.entropy(dist_old).mean())
+
+    def policy_step(actor_params, obs, action, advantages, fvp_key, hparams, max_kl):
+        """The trust-region step; ``obs [B, *obs]``, ``advantages [B]`` (already normalised)."""
+        problem = policy_problem(actor_params, obs, action, advantages, fvp_key)
+        theta_new, info = natural_gradient.trust_region_step(
+            problem.theta_old, problem.objective_fn, problem.fvp, max_kl=max_kl,
+            cg_iters=cfg.cg_iters, cg_damping=hparams["cg_damping"],
+            backtrack_coeff=hparams["backtrack_coeff"], max_backtracks=cfg.max_backtracks)
+        return problem.unravel(theta_new), dict(info._asdict(), entropy=problem.entropy)
+
+    def critic_step(critic_params, opt_state, obs, returns, shuffle_key, hparams):
+        """Adam epochs of minibatch regression ``0.5 (V - R)^2``; returns the mean loss."""
+        optimizer = critic_adam(hparams)
+        flat_params, unravel = ravel_pytree(critic_params)
+
+        def loss_fn(flat, mb_obs, mb_returns):
+            return losses.value_loss(critic.apply(unravel(flat), mb_obs), None, mb_returns).mean()
+
+        grad_fn = jax.value_and_grad(loss_fn)
+
+        def _update_minibatch(train, minibatch):
+            flat, opt_state = train
+            loss, grads = grad_fn(flat, *minibatch)
+            updates, opt_state = optimizer.update(grads, opt_state, flat)
+            return (flat + updates, opt_state), loss
+
+        def _update_epoch(train, epoch_key):
+            order = jax.random.permutation(epoch_key, batch_size)
+            shuffled = jax.tree_util.tree_map(
+                lambda x: x[order].reshape((cfg.critic_minibatches, -1) + x.shape[1:]), (obs, returns))
+            return jax.lax.scan(_update_minibatch, train, shuffled)
+
+        (flat_params, opt_state), loss = jax.lax.scan(
+            _update_epoch, (flat_params, opt_state), jax.random.split(shuffle_key, cfg.critic_epochs))
+        return unravel(flat_params), opt_state, loss.mean()
+
+    return TRPOParts(actor, critic, dist, policy_problem, policy_step, critic_step)
+
+
+def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
+    cfg: TRPOConfig = run.algo
+    parts = make_parts(run, spec)
+    dist, actor, critic = parts.dist, parts.actor, parts.critic
+    batch_size = cfg.num_envs * cfg.num_steps
+
+    def init(key, hparams):
+        actor_key, critic_key, env_key, key = jax.random.split(key, 4)
+        dummy = jnp.zeros((1,) + spec.obs_shape, jnp.float32)
+        actor_params = actor.init(actor_key, dummy)
+        critic_params = critic.init(critic_key, dummy)
+        opt_state = critic_adam(hparams).init(ravel_pytree(critic_params)[0])
+        obs_norm = envs.obs_norm_init(spec.obs_shape) if run.env.normalize_obs else None
+        return TRPOState(actor_params, critic_params, opt_state,
+                         rollout.reset_carry(env, env_params, env_key, cfg.num_envs), obs_norm, key)
+
+    def update(state: TRPOState, hparams, update_idx):
+        key, rollout_key, fvp_key, shuffle_key = jax.random.split(state.key, 4)
+        carry, batch, stats = rollout.collect(
+            env, env_params, spec, dist, actor.apply, state.actor_params, state.obs_norm, state.env,
+            rollout_key, cfg.num_steps, run.env.clip_actions)
+
+        obs = envs.obs_norm_apply(state.obs_norm, batch.obs)
+        values = critic.apply(state.critic_params, obs)
+        next_values = critic.apply(state.critic_params,
+                                   envs.obs_norm_apply(state.obs_norm, batch.final_obs))
+        advantages, returns = rollout.gae(batch.reward, values, next_values, batch.terminated,
+                                          batch.done, hparams["gamma"], hparams["gae_lambda"])
+        obs, action, advantages, returns = jax.tree_util.tree_map(
+            lambda x: x.reshape((batch_size,) + x.shape[2:]), (obs, batch.action, advantages, returns))
+        if cfg.normalize_advantages:
+            advantages = losses.normalize(advantages)
+
+        max_kl = hparams["max_kl"]
+        if cfg.anneal_max_kl:  # (1 - i/N): the last update still gets max_kl / N, never 0
+            max_kl = max_kl * (1.0 - update_idx / run.num_updates)
+        actor_params, policy_metrics = parts.policy_step(state.actor_params, obs, action, advantages,
+                                                         fvp_key, hparams, max_kl)
+        critic_params, opt_state, value_loss = parts.critic_step(
+            state.critic_params, state.critic_opt_state, obs, returns, shuffle_key, hparams)
+
+        obs_norm = (envs.obs_norm_update(state.obs_norm, batch.obs)
+                    if state.obs_norm is not None else None)
+        metrics = dict(policy_metrics, value_loss=value_loss, return_mean=stats.return_mean(),
+                       episode_length=stats.length_mean(), episodes=stats.count,
+                       env_steps=jnp.asarray(batch_size, jnp.float32))
+        return TRPOState(actor_params, critic_params, opt_state, carry, obs_norm, key), metrics
+
+    def param_fn(state: TRPOState):
+        return {"actor": state.actor_params, "critic": state.critic_params}
+
+    return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=dist,
+                     actor_fn=actor.apply, init=init, update=update,
+                     policy=lambda s: (s.actor_params, s.obs_norm), metric_names=METRICS,
+                     num_updates=run.num_updates, param_fn=param_fn)
