@@ -48,6 +48,14 @@ def one_of(key: str, value: str, choices: tuple[str, ...]) -> None:
     _check(value in choices, key, value, f"one of {list(choices)}")
 
 
+def check_section_keys(name: str, section: Mapping[str, Any], allowed) -> None:
+    """Refuse keys of config section ``name`` that are not in ``allowed``, listing the allowed ones."""
+    unknown = sorted(set(section) - set(allowed))
+    if unknown:
+        raise ConfigError(f"unknown config key '{name}.{unknown[0]}'; allowed keys of '{name}': "
+                          f"{sorted(allowed)}")
+
+
 # --------------------------------------------------------------------------- config sections
 @dataclass(frozen=True)
 class EnvConfig:

@@ -27,7 +27,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from purejaxrl_opt.config import ConfigError  # light: importing this module starts no JAX backend
+from purejaxrl_opt.config import ConfigError, check_section_keys  # light: importing this module starts no JAX backend
 
 LANES, DATA = "lanes", "data"
 LANE_MODES = ("auto", "off")
@@ -42,10 +42,7 @@ class ParallelSettings:
 def settings_from_config(section: dict | None) -> ParallelSettings:
     section = dict(section or {})
     allowed = {"lanes", "data", "coordinator", "num_processes", "process_id", "init_timeout_s"}
-    unknown = sorted(set(section) - allowed)
-    if unknown:
-        raise ConfigError(f"unknown config key 'parallel.{unknown[0]}'; allowed keys of 'parallel': "
-                          f"{sorted(allowed)}")
+    check_section_keys("parallel", section, allowed)
     lanes = section.get("lanes", "auto")
     if lanes not in LANE_MODES:
         raise ConfigError(f"config key 'parallel.lanes' = {lanes!r} is invalid: must be one of "

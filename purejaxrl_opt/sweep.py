@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from purejaxrl_opt.config import ConfigError, RunConfig, hyperparameters, with_overrides
+from purejaxrl_opt.config import ConfigError, check_section_keys, RunConfig, hyperparameters, with_overrides
 
 MODES = ("grid", "zip")
 PREFIX = "algo."
@@ -192,10 +192,7 @@ def plan_from_config(section: Mapping | None, run: RunConfig) -> SweepPlan | Non
     """
     section = dict(section or {})
     allowed = {"vmap", "mode", "random", "num_samples", "seed"}
-    unknown = sorted(set(section) - allowed)
-    if unknown:
-        raise ConfigError(f"unknown config key 'sweep.{unknown[0]}'; allowed keys of 'sweep': "
-                          f"{sorted(allowed)}")
+    check_section_keys("sweep", section, allowed)
     mode = section.get("mode", "grid")
     if mode not in MODES:
         raise ConfigError(f"config key 'sweep.mode' = {mode!r} is invalid: must be one of {list(MODES)}")

@@ -40,7 +40,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from purejaxrl_opt.checkpoint import CheckpointError
-from purejaxrl_opt.config import ConfigError, from_dictconfig
+from purejaxrl_opt.config import ConfigError, check_section_keys, from_dictconfig
 
 PROGRESS_MODES = ("auto", "bar", "lines", "off")
 
@@ -51,10 +51,7 @@ def checkpoint_settings(cfg: DictConfig):
     section = OmegaConf.to_container(cfg.checkpoint, resolve=True) if "checkpoint" in cfg else {}
     section = dict(section or {})
     allowed = {"every_updates", "final", "keep"}
-    unknown = sorted(set(section) - allowed)
-    if unknown:
-        raise ConfigError(f"unknown config key 'checkpoint.{unknown[0]}'; allowed keys of "
-                          f"'checkpoint': {sorted(allowed)}")
+    check_section_keys("checkpoint", section, allowed)
     every = section.get("every_updates", 0)
     if not isinstance(every, int) or isinstance(every, bool) or every < 0:
         raise ConfigError(f"config key 'checkpoint.every_updates' = {every!r} is invalid: must be an "
