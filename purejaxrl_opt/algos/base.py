@@ -123,8 +123,3 @@ def make_train(algo: Algorithm) -> Callable[..., TrainOutput]:
         return TrainOutput(loop, loop.metrics, evaluate_loop(algo, loop))
 
     return train
-
-
-def minibatch_indices(key: jax.Array, batch_size: int, num_minibatches: int) -> jnp.ndarray:
-    """A fresh shuffle of ``batch_size`` indices split into ``[num_minibatches, batch_size // M]``."""
-    return jax.random.permutation(key, batch_size).reshape(num_minibatches, -1)
