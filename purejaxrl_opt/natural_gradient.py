@@ -178,7 +178,8 @@ class TrustRegionInfo(NamedTuple):
 def trust_region_step(theta_old: jnp.ndarray,
                       objective_fn: Callable[[jnp.ndarray], tuple[jnp.ndarray, jnp.ndarray]],
                       fvp: MatVec, *, max_kl, cg_iters: int, cg_damping, backtrack_coeff,
-                      max_backtracks: int) -> tuple[jnp.ndarray, TrustRegionInfo]:
+                      max_backtracks: int, mean_fn: Callable | None = None
+                      ) -> tuple[jnp.ndarray, TrustRegionInfo]:
     """One TRPO policy step from ``theta_old [P]``; returns ``(theta_new [P], info)``.
 
     ``objective_fn(theta) -> (L(theta), mean KL(pi_old || pi_theta))`` on the batch, ``fvp`` the
@@ -187,8 +188,20 @@ def trust_region_step(theta_old: jnp.ndarray,
     ``full_step = sqrt(2 max_kl / x^T F x) x``, and backtracks. A step whose ``x^T F x`` is not a
     positive finite number (or whose ``x`` or ``L(theta_old)`` is not finite) is rejected before the
     line search and counted in ``nan_steps``: the parameters are then returned unchanged.
+
+    ``mean_fn`` (default None: identity, numbers unchanged) reduces batch means over a data-parallel
+    axis (e.g. ``lambda x: lax.pmean(x, "data")`` on a pytree): ``objective_fn`` and ``fvp`` are then
+    the device's local means, and the gradient, every Fisher-vector product and every line-search
+    evaluation are averaged, so all devices take the same step and decisions.
     """
-    surrogate_old, grad = jax.value_and_grad(lambda theta: objective_fn(theta)[0])(theta_old)
+    if mean_fn is not None:
+        local_objective, local_fvp = objective_fn, fvp
+        objective_fn = lambda theta: mean_fn(local_objective(theta))  # noqa: E731
+        fvp = lambda v: mean_fn(local_fvp(v))  # noqa: E731
+        surrogate_old, grad = mean_fn(
+            jax.value_and_grad(lambda theta: local_objective(theta)[0])(theta_old))
+    else:
+        surrogate_old, grad = jax.value_and_grad(lambda theta: objective_fn(theta)[0])(theta_old)
     direction, cg_residual = conjugate_gradient(fvp, grad, cg_iters, cg_damping)
     curvature = jnp.vdot(direction, fvp(direction))
     valid = (jnp.isfinite(curvature) & (curvature > 0) & jnp.all(jnp.isfinite(direction))

@@ -106,10 +106,12 @@ def make_layout(settings: ParallelSettings, run, num_lanes: int, devices=None) -
                               f"{num_envs}; use num_envs in {_divisors_hint(data)}, ... or another "
                               "parallel.data")
         local_batch = num_envs // data * run.algo.num_steps
-        if local_batch % run.algo.num_minibatches:
-            raise ConfigError(f"parallel.data = {data}: the per-device batch num_envs/data*num_steps "
-                              f"= {local_batch} is not divisible by {run.algo.name}.num_minibatches "
-                              f"= {run.algo.num_minibatches}")
+        for field in ("num_minibatches", "critic_minibatches"):  # PPO / TRPO's critic
+            minibatches = getattr(run.algo, field, None)
+            if minibatches and local_batch % minibatches:
+                raise ConfigError(f"parallel.data = {data}: the per-device batch "
+                                  f"num_envs/data*num_steps = {local_batch} is not divisible by "
+                                  f"{run.algo.name}.{field} = {minibatches}")
     rows = n // data if settings.lanes == "auto" else 1
     if num_lanes % rows:
         raise ConfigError(

@@ -106,6 +106,48 @@ def test_data_parallel_ppo_matches_one_device_on_the_same_batch():
     assert "DATA_OK" in out
 
 
+def test_data_parallel_trpo_matches_one_device_on_the_same_batch():
+    """TRPO's 8 envs over 4 devices == the same data-parallel code on a 1-device mesh (critic_epochs=1,
+    critic_minibatches=1, fvp_subsample=1: no per-device sampling), within float tolerance; the
+    line search takes the same decisions (backtracks, kl) everywhere."""
+    out = run_with_devices("""
+        import jax, numpy as np
+        from jax.sharding import Mesh
+        from purejaxrl_opt import algos, parallel, runner
+        from purejaxrl_opt.config import TRPOConfig
+        from tests.conftest import small_run
+        run = small_run(TRPOConfig(num_envs=8, num_steps=32, critic_epochs=1, critic_minibatches=1,
+                                   fvp_subsample=1.0),
+                        num_seeds=1, total_timesteps=8 * 32 * 4, eval_episodes=4)
+        algo, data_algo = algos.make_algorithm(run), algos.make_algorithm(run, axis_name="data")
+        keys = runner.lane_keys(0, 1)
+        hparams = runner.lane_hparams(algo, 1)
+
+        def train(data):
+            devices = np.asarray(jax.devices()[:data], dtype=object).reshape(1, data)
+            layout = parallel.Layout(Mesh(devices, ("lanes", "data")), 1, data)
+            compiled = runner.Compiled(algo, keys, hparams, layout, data_algo)
+            loop, _ = runner.train_lanes(compiled, keys, hparams, algo.num_updates, 2)
+            return loop
+
+        one, four = train(1), train(4)
+        assert len(four.algo_state.env.obs.sharding.device_set) == 4
+        jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
+                               one.algo_state.actor_params, four.algo_state.actor_params)
+        jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
+                               one.algo_state.critic_params, four.algo_state.critic_params)
+        for name in one.metrics:
+            np.testing.assert_allclose(np.asarray(one.metrics[name]), np.asarray(four.metrics[name]),
+                                       rtol=1e-4, atol=1e-5, err_msg=name)
+        for name in ("backtracks", "episodes", "nan_steps"):
+            np.testing.assert_array_equal(np.asarray(one.metrics[name]),
+                                          np.asarray(four.metrics[name]), err_msg=name)
+        assert (np.asarray(four.metrics["backtracks"]) >= 0).any()  # some steps were accepted
+        print("TRPO_DATA_OK", np.asarray(four.metrics["backtracks"]).ravel().tolist())
+    """)
+    assert "TRPO_DATA_OK" in out
+
+
 def test_data_parallel_through_the_runner_and_layout_errors():
     """execute() with parallel.data=2 on 4 devices (2 lane shards x 2); bad layouts are ConfigErrors
     raised before compiling."""

@@ -22,7 +22,7 @@ REGISTRY: dict[str, str] = {
 
 
 # algorithms whose make_algorithm accepts axis_name (data parallel inside shard_map)
-DATA_PARALLEL: frozenset[str] = frozenset({"ppo"})
+DATA_PARALLEL: frozenset[str] = frozenset({"ppo", "trpo"})
 
 
 def make_env(run: RunConfig):

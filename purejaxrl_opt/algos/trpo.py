@@ -48,9 +48,11 @@ def critic_adam(hparams) -> optax.GradientTransformation:
                        optax.scale_by_adam(eps=1e-5), optax.scale(-hparams["critic_lr"]))
 
 
-def fvp_sample_size(cfg: TRPOConfig) -> int:
-    """Static number of samples the Fisher-vector products use (``fvp_subsample`` of the batch)."""
-    batch_size = cfg.num_envs * cfg.num_steps
+def fvp_sample_size(cfg: TRPOConfig, batch_size: int | None = None) -> int:
+    """Static number of samples the Fisher-vector products use (``fvp_subsample`` of the batch;
+    ``batch_size`` defaults to the whole ``num_envs * num_steps``, a device's shard when data parallel)."""
+    if batch_size is None:
+        batch_size = cfg.num_envs * cfg.num_steps
     return min(max(int(batch_size * cfg.fvp_subsample), 1), batch_size)
 
 
@@ -78,15 +80,25 @@ class TRPOParts(NamedTuple):
     critic_step: Callable
 
 
-def make_parts(run: RunConfig, spec) -> TRPOParts:
+def make_parts(run: RunConfig, spec, axis_name=None) -> TRPOParts:
+    """``axis_name`` (default None: unchanged) makes the steps data parallel over that mapped axis:
+    the batches passed in are the device's shard; gradients, Fisher-vector products, line-search
+    values and critic gradients are ``pmean``-ed (equal shard sizes), so parameters stay replicated.
+    ``policy_problem`` itself stays local (its ``objective_fn``/``fvp`` are the device's means)."""
     cfg: TRPOConfig = run.algo
     dist = for_spec(spec.discrete)
     actor, critic = Actor(spec, run.network), Critic(spec, run.network)
-    batch_size = cfg.num_envs * cfg.num_steps
-    fvp_samples = fvp_sample_size(cfg)
+
+    def pmean(x):
+        return x if axis_name is None else jax.lax.pmean(x, axis_name)
+
+    def local_key(key):  # every device draws its own subsets / shuffles
+        return key if axis_name is None else jax.random.fold_in(key, jax.lax.axis_index(axis_name))
 
     def policy_problem(actor_params, obs, action, advantages, fvp_key) -> PolicyProblem:
         theta_old, unravel = ravel_pytree(actor_params)
+        batch_size = obs.shape[0]  # static; this device's shard when data parallel
+        fvp_samples = fvp_sample_size(cfg, batch_size)
 
         def dist_fn(theta, observations):
             return actor.apply(unravel(theta), observations)
@@ -100,7 +112,7 @@ def make_parts(run: RunConfig, spec) -> TRPOParts:
             return jnp.mean(ratio * advantages), jnp.mean(dist.kl(dist_old, dist_params))
 
         if fvp_samples < batch_size:  # a fresh fixed-size random subset of the batch
-            fvp_obs = obs[jax.random.permutation(fvp_key, batch_size)[:fvp_samples]]
+            fvp_obs = obs[jax.random.permutation(local_key(fvp_key), batch_size)[:fvp_samples]]
         else:
             fvp_obs = obs
         fvp = natural_gradient.make_fisher_vector_product(
@@ -113,13 +125,15 @@ def make_parts(run: RunConfig, spec) -> TRPOParts:
         theta_new, info = natural_gradient.trust_region_step(
             problem.theta_old, problem.objective_fn, problem.fvp, max_kl=max_kl,
             cg_iters=cfg.cg_iters, cg_damping=hparams["cg_damping"],
-            backtrack_coeff=hparams["backtrack_coeff"], max_backtracks=cfg.max_backtracks)
-        return problem.unravel(theta_new), dict(info._asdict(), entropy=problem.entropy)
+            backtrack_coeff=hparams["backtrack_coeff"], max_backtracks=cfg.max_backtracks,
+            mean_fn=None if axis_name is None else pmean)
+        return problem.unravel(theta_new), dict(info._asdict(), entropy=pmean(problem.entropy))
 
     def critic_step(critic_params, opt_state, obs, returns, shuffle_key, hparams):
         """Adam epochs of minibatch regression ``0.5 (V - R)^2``; returns the mean loss."""
         optimizer = critic_adam(hparams)
         flat_params, unravel = ravel_pytree(critic_params)
+        batch_size = obs.shape[0]
 
         def loss_fn(flat, mb_obs, mb_returns):
             return losses.value_loss(critic.apply(unravel(flat), mb_obs), None, mb_returns).mean()
@@ -129,27 +143,44 @@ def make_parts(run: RunConfig, spec) -> TRPOParts:
         def _update_minibatch(train, minibatch):
             flat, opt_state = train
             loss, grads = grad_fn(flat, *minibatch)
+            grads = pmean(grads)  # equal local minibatch sizes: the gradient of the global mean
             updates, opt_state = optimizer.update(grads, opt_state, flat)
             return (flat + updates, opt_state), loss
 
         def _update_epoch(train, epoch_key):
-            order = jax.random.permutation(epoch_key, batch_size)
+            order = jax.random.permutation(local_key(epoch_key), batch_size)
             shuffled = jax.tree_util.tree_map(
                 lambda x: x[order].reshape((cfg.critic_minibatches, -1) + x.shape[1:]), (obs, returns))
             return jax.lax.scan(_update_minibatch, train, shuffled)
 
         (flat_params, opt_state), loss = jax.lax.scan(
             _update_epoch, (flat_params, opt_state), jax.random.split(shuffle_key, cfg.critic_epochs))
-        return unravel(flat_params), opt_state, loss.mean()
+        return unravel(flat_params), opt_state, pmean(loss.mean())
 
     return TRPOParts(actor, critic, dist, policy_problem, policy_step, critic_step)
 
 
-def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
+def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Algorithm:
+    """TRPO for ``run``. ``axis_name`` (default None: one device, bitwise the original numbers) makes
+    it data parallel over that mapped axis (``shard_map``), like PPO: each device steps
+    ``num_envs / n`` of the envs; the surrogate gradient, Fisher-vector products, line-search
+    surrogate/KL values, advantage-normalisation statistics, critic gradients and metrics are
+    ``pmean``-ed, episode statistics ``psum``-ed, so params stay replicated. ``fvp_subsample`` and
+    the critic's minibatch shuffles are drawn per device on its own shard (its own key)."""
     cfg: TRPOConfig = run.algo
-    parts = make_parts(run, spec)
+    parts = make_parts(run, spec, axis_name)
     dist, actor, critic = parts.dist, parts.actor, parts.critic
-    batch_size = cfg.num_envs * cfg.num_steps
+    global_batch_size = cfg.num_envs * cfg.num_steps
+
+    def shard():
+        """(local num_envs, global_envs) of this device; traced inside the mapped axis."""
+        if axis_name is None:
+            return cfg.num_envs, None
+        local = cfg.num_envs // jax.lax.axis_size(axis_name)
+        return local, (cfg.num_envs, jax.lax.axis_index(axis_name) * local)
+
+    def psum(x):
+        return x if axis_name is None else jax.lax.psum(x, axis_name)
 
     def init(key, hparams):
         actor_key, critic_key, env_key, key = jax.random.split(key, 4)
@@ -158,14 +189,19 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         critic_params = critic.init(critic_key, dummy)
         opt_state = critic_adam(hparams).init(ravel_pytree(critic_params)[0])
         obs_norm = envs.obs_norm_init(spec.obs_shape) if run.env.normalize_obs else None
+        num_envs, global_envs = shard()
         return TRPOState(actor_params, critic_params, opt_state,
-                         rollout.reset_carry(env, env_params, env_key, cfg.num_envs), obs_norm, key)
+                         rollout.reset_carry(env, env_params, env_key, num_envs, global_envs),
+                         obs_norm, key)
 
     def update(state: TRPOState, hparams, update_idx):
         key, rollout_key, fvp_key, shuffle_key = jax.random.split(state.key, 4)
+        num_envs, global_envs = shard()
+        batch_size = num_envs * cfg.num_steps  # this device's
         carry, batch, stats = rollout.collect(
             env, env_params, spec, dist, actor.apply, state.actor_params, state.obs_norm, state.env,
-            rollout_key, cfg.num_steps, run.env.clip_actions)
+            rollout_key, cfg.num_steps, run.env.clip_actions, global_envs)
+        stats = jax.tree_util.tree_map(psum, stats)
 
         obs = envs.obs_norm_apply(state.obs_norm, batch.obs)
         values = critic.apply(state.critic_params, obs)
@@ -176,7 +212,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         obs, action, advantages, returns = jax.tree_util.tree_map(
             lambda x: x.reshape((batch_size,) + x.shape[2:]), (obs, batch.action, advantages, returns))
         if cfg.normalize_advantages:
-            advantages = losses.normalize(advantages)
+            advantages = losses.normalize(advantages, axis_name=axis_name)
 
         max_kl = hparams["max_kl"]
         if cfg.anneal_max_kl:  # (1 - i/N): the last update still gets max_kl / N, never 0
@@ -186,11 +222,15 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         critic_params, opt_state, value_loss = parts.critic_step(
             state.critic_params, state.critic_opt_state, obs, returns, shuffle_key, hparams)
 
-        obs_norm = (envs.obs_norm_update(state.obs_norm, batch.obs)
-                    if state.obs_norm is not None else None)
+        obs_norm = None
+        if state.obs_norm is not None:
+            # the global batch in single-device order, so the statistics are the same everywhere
+            all_obs = (batch.obs if axis_name is None else
+                       jax.lax.all_gather(batch.obs, axis_name, axis=1, tiled=True))
+            obs_norm = envs.obs_norm_update(state.obs_norm, all_obs)
         metrics = dict(policy_metrics, value_loss=value_loss, return_mean=stats.return_mean(),
                        episode_length=stats.length_mean(), episodes=stats.count,
-                       env_steps=jnp.asarray(batch_size, jnp.float32))
+                       env_steps=jnp.asarray(global_batch_size, jnp.float32))
         return TRPOState(actor_params, critic_params, opt_state, carry, obs_norm, key), metrics
 
     def param_fn(state: TRPOState):
