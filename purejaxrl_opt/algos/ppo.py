@@ -14,7 +14,7 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from purejaxrl_opt import envs, losses, rollout
-from purejaxrl_opt.algos.base import Algorithm
+from purejaxrl_opt.algos.base import Algorithm, DataAxis
 from purejaxrl_opt.config import PPOConfig, RunConfig
 from purejaxrl_opt.distributions import for_spec
 from purejaxrl_opt.networks import Actor, Critic
@@ -67,18 +67,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
     num_updates = run.num_updates
     global_batch_size = cfg.num_envs * cfg.num_steps
 
-    def shard():
-        """(local num_envs, global_envs) of this device; traced inside the mapped axis."""
-        if axis_name is None:
-            return cfg.num_envs, None
-        local = cfg.num_envs // jax.lax.axis_size(axis_name)
-        return local, (cfg.num_envs, jax.lax.axis_index(axis_name) * local)
-
-    def pmean(x):
-        return x if axis_name is None else jax.lax.pmean(x, axis_name)
-
-    def psum(x):
-        return x if axis_name is None else jax.lax.psum(x, axis_name)
+    data = DataAxis(axis_name)
 
     def init(key, hparams):
         actor_key, critic_key, env_key, key = jax.random.split(key, 4)
@@ -87,7 +76,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
         # the optimizer works on one flat vector: one fused Adam update instead of one per leaf
         opt_state = adam(hparams, hparams["lr"]).init(ravel_pytree(params)[0])
         obs_norm = envs.obs_norm_init(spec.obs_shape) if run.env.normalize_obs else None
-        num_envs, global_envs = shard()
+        num_envs, global_envs = data.env_shard(cfg.num_envs)
         carry = rollout.reset_carry(env, env_params, env_key, num_envs, global_envs)
         return PPOState(params, opt_state, carry, obs_norm, key)
 
@@ -111,12 +100,12 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
 
     def update(state: PPOState, hparams, update_idx):
         key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
-        num_envs, global_envs = shard()
+        num_envs, global_envs = data.env_shard(cfg.num_envs)
         batch_size = num_envs * cfg.num_steps  # this device's
         carry, batch, stats = rollout.collect(
             env, env_params, spec, dist, actor.apply, state.params["actor"], state.obs_norm,
             state.env, rollout_key, cfg.num_steps, run.env.clip_actions, global_envs)
-        stats = jax.tree_util.tree_map(psum, stats)
+        stats = jax.tree_util.tree_map(data.sum, stats)
 
         obs = envs.obs_norm_apply(state.obs_norm, batch.obs)
         values = critic.apply(state.params["critic"], obs)
@@ -136,13 +125,12 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
         def _update_minibatch(train, mb: Minibatch):
             flat_params, opt_state = train
             grads, diagnostics = grad_fn(flat_params, mb)
-            grads = pmean(grads)  # equal local minibatch sizes: the gradient of the global mean loss
+            grads = data.mean(grads)  # equal local minibatch sizes: the gradient of the global mean loss
             updates, opt_state = optimizer.update(grads, opt_state, flat_params)
             return (flat_params + updates, opt_state), diagnostics
 
         def _update_epoch(train, epoch_key):
-            if axis_name is not None:  # every device shuffles its own shard
-                epoch_key = jax.random.fold_in(epoch_key, jax.lax.axis_index(axis_name))
+            epoch_key = data.device_key(epoch_key)  # every device shuffles its own shard
             # one gather per epoch; minibatches are then contiguous slices of the shuffled batch
             order = jax.random.permutation(epoch_key, batch_size)
             shuffled = jax.tree_util.tree_map(
@@ -157,10 +145,8 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
         obs_norm = None
         if state.obs_norm is not None:
             # the global batch in single-device order, so the statistics are the same everywhere
-            all_obs = (batch.obs if axis_name is None else
-                       jax.lax.all_gather(batch.obs, axis_name, axis=1, tiled=True))
-            obs_norm = envs.obs_norm_update(state.obs_norm, all_obs)
-        metrics = {k: pmean(v.mean()) for k, v in diagnostics.items()}
+            obs_norm = envs.obs_norm_update(state.obs_norm, data.gather_envs(batch.obs))
+        metrics = {k: data.mean(v.mean()) for k, v in diagnostics.items()}
         metrics.update(return_mean=stats.return_mean(), episode_length=stats.length_mean(),
                        episodes=stats.count, learning_rate=learning_rate,
                        env_steps=jnp.asarray(global_batch_size, jnp.float32))

@@ -22,7 +22,7 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from purejaxrl_opt import envs, losses, natural_gradient, rollout
-from purejaxrl_opt.algos.base import Algorithm
+from purejaxrl_opt.algos.base import Algorithm, DataAxis
 from purejaxrl_opt.config import RunConfig, TRPOConfig
 from purejaxrl_opt.distributions import for_spec
 from purejaxrl_opt.networks import Actor, Critic
@@ -89,11 +89,8 @@ def make_parts(run: RunConfig, spec, axis_name=None) -> TRPOParts:
     dist = for_spec(spec.discrete)
     actor, critic = Actor(spec, run.network), Critic(spec, run.network)
 
-    def pmean(x):
-        return x if axis_name is None else jax.lax.pmean(x, axis_name)
-
-    def local_key(key):  # every device draws its own subsets / shuffles
-        return key if axis_name is None else jax.random.fold_in(key, jax.lax.axis_index(axis_name))
+    data = DataAxis(axis_name)
+    pmean, local_key = data.mean, data.device_key  # local_key: every device its own subsets/shuffles
 
     def policy_problem(actor_params, obs, action, advantages, fvp_key) -> PolicyProblem:
         theta_old, unravel = ravel_pytree(actor_params)
@@ -172,15 +169,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
     dist, actor, critic = parts.dist, parts.actor, parts.critic
     global_batch_size = cfg.num_envs * cfg.num_steps
 
-    def shard():
-        """(local num_envs, global_envs) of this device; traced inside the mapped axis."""
-        if axis_name is None:
-            return cfg.num_envs, None
-        local = cfg.num_envs // jax.lax.axis_size(axis_name)
-        return local, (cfg.num_envs, jax.lax.axis_index(axis_name) * local)
-
-    def psum(x):
-        return x if axis_name is None else jax.lax.psum(x, axis_name)
+    data = DataAxis(axis_name)
 
     def init(key, hparams):
         actor_key, critic_key, env_key, key = jax.random.split(key, 4)
@@ -189,19 +178,19 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
         critic_params = critic.init(critic_key, dummy)
         opt_state = critic_adam(hparams).init(ravel_pytree(critic_params)[0])
         obs_norm = envs.obs_norm_init(spec.obs_shape) if run.env.normalize_obs else None
-        num_envs, global_envs = shard()
+        num_envs, global_envs = data.env_shard(cfg.num_envs)
         return TRPOState(actor_params, critic_params, opt_state,
                          rollout.reset_carry(env, env_params, env_key, num_envs, global_envs),
                          obs_norm, key)
 
     def update(state: TRPOState, hparams, update_idx):
         key, rollout_key, fvp_key, shuffle_key = jax.random.split(state.key, 4)
-        num_envs, global_envs = shard()
+        num_envs, global_envs = data.env_shard(cfg.num_envs)
         batch_size = num_envs * cfg.num_steps  # this device's
         carry, batch, stats = rollout.collect(
             env, env_params, spec, dist, actor.apply, state.actor_params, state.obs_norm, state.env,
             rollout_key, cfg.num_steps, run.env.clip_actions, global_envs)
-        stats = jax.tree_util.tree_map(psum, stats)
+        stats = jax.tree_util.tree_map(data.sum, stats)
 
         obs = envs.obs_norm_apply(state.obs_norm, batch.obs)
         values = critic.apply(state.critic_params, obs)
@@ -225,9 +214,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
         obs_norm = None
         if state.obs_norm is not None:
             # the global batch in single-device order, so the statistics are the same everywhere
-            all_obs = (batch.obs if axis_name is None else
-                       jax.lax.all_gather(batch.obs, axis_name, axis=1, tiled=True))
-            obs_norm = envs.obs_norm_update(state.obs_norm, all_obs)
+            obs_norm = envs.obs_norm_update(state.obs_norm, data.gather_envs(batch.obs))
         metrics = dict(policy_metrics, value_loss=value_loss, return_mean=stats.return_mean(),
                        episode_length=stats.length_mean(), episodes=stats.count,
                        env_steps=jnp.asarray(global_batch_size, jnp.float32))
