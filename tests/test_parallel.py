@@ -33,6 +33,27 @@ def run_with_devices(code: str, devices: int = 4, timeout: int = 240) -> str:
     return proc.stdout
 
 
+# one agent's data-parallel training on a 1 x `data` mesh, for the subprocess scripts below; they
+# define `run` first
+DATA_PARALLEL_PRELUDE = """
+import jax, numpy as np
+from jax.sharding import Mesh
+from purejaxrl_opt import algos, parallel, runner
+from purejaxrl_opt.config import PPOConfig, TRPOConfig
+from tests.conftest import small_run
+
+
+def train(run, data):
+    algo, data_algo = algos.make_algorithm(run), algos.make_algorithm(run, axis_name="data")
+    keys, hparams = runner.lane_keys(0, 1), runner.lane_hparams(algo, 1)
+    devices = np.asarray(jax.devices()[:data], dtype=object).reshape(1, data)
+    layout = parallel.Layout(Mesh(devices, ("lanes", "data")), 1, data)
+    compiled = runner.Compiled(algo, keys, hparams, layout, data_algo)
+    loop, _ = runner.train_lanes(compiled, keys, hparams, algo.num_updates, 2)
+    return loop, np.asarray(compiled.evaluate(loop))
+"""
+
+
 def test_lane_sharding_gives_exactly_the_per_lane_results():
     """4 lanes over 4 devices: every lane's metrics, params and eval returns are bitwise those of the
     unsharded run of the same lane block (here: the single-seed run of that seed)."""
@@ -69,27 +90,12 @@ def test_lane_sharding_gives_exactly_the_per_lane_results():
 def test_data_parallel_ppo_matches_one_device_on_the_same_batch():
     """One agent's 8 envs over 4 devices == the same agent on one device (update_epochs=1,
     num_minibatches=1, so minibatch composition is irrelevant), within float tolerance."""
-    out = run_with_devices("""
-        import jax, numpy as np
-        from jax.sharding import Mesh
-        from purejaxrl_opt import algos, parallel, runner
-        from purejaxrl_opt.config import PPOConfig
-        from tests.conftest import small_run
+    out = run_with_devices(DATA_PARALLEL_PRELUDE + textwrap.dedent("""
         run = small_run(PPOConfig(num_envs=8, num_steps=32, update_epochs=1, num_minibatches=1),
                         num_seeds=1, total_timesteps=8 * 32 * 4, eval_episodes=4)
-        algo, data_algo = algos.make_algorithm(run), algos.make_algorithm(run, axis_name="data")
-        keys = runner.lane_keys(0, 1)
-        hparams = runner.lane_hparams(algo, 1)
 
-        def train(data):
-            devices = np.asarray(jax.devices()[:data], dtype=object).reshape(1, data)
-            layout = parallel.Layout(Mesh(devices, ("lanes", "data")), 1, data)
-            compiled = runner.Compiled(algo, keys, hparams, layout, data_algo)
-            loop, _ = runner.train_lanes(compiled, keys, hparams, algo.num_updates, 2)
-            return loop, np.asarray(compiled.evaluate(loop))
-
-        one, one_eval = train(1)
-        four, four_eval = train(4)
+        one, one_eval = train(run, 1)
+        four, four_eval = train(run, 4)
         env_state = four.algo_state.env.obs
         assert env_state.shape[1] == 8 and len(env_state.sharding.device_set) == 4
         jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6),
@@ -102,7 +108,7 @@ def test_data_parallel_ppo_matches_one_device_on_the_same_batch():
         np.testing.assert_array_equal(one_eval, four_eval)
         print("DATA_OK", float(np.nanmax(np.abs(np.asarray(one.metrics["value_loss"])
                                                  - np.asarray(four.metrics["value_loss"])))))
-    """)
+    """))
     assert "DATA_OK" in out
 
 
@@ -110,27 +116,12 @@ def test_data_parallel_trpo_matches_one_device_on_the_same_batch():
     """TRPO's 8 envs over 4 devices == the same data-parallel code on a 1-device mesh (critic_epochs=1,
     critic_minibatches=1, fvp_subsample=1: no per-device sampling), within float tolerance; the
     line search takes the same decisions (backtracks, kl) everywhere."""
-    out = run_with_devices("""
-        import jax, numpy as np
-        from jax.sharding import Mesh
-        from purejaxrl_opt import algos, parallel, runner
-        from purejaxrl_opt.config import TRPOConfig
-        from tests.conftest import small_run
+    out = run_with_devices(DATA_PARALLEL_PRELUDE + textwrap.dedent("""
         run = small_run(TRPOConfig(num_envs=8, num_steps=32, critic_epochs=1, critic_minibatches=1,
                                    fvp_subsample=1.0),
                         num_seeds=1, total_timesteps=8 * 32 * 4, eval_episodes=4)
-        algo, data_algo = algos.make_algorithm(run), algos.make_algorithm(run, axis_name="data")
-        keys = runner.lane_keys(0, 1)
-        hparams = runner.lane_hparams(algo, 1)
 
-        def train(data):
-            devices = np.asarray(jax.devices()[:data], dtype=object).reshape(1, data)
-            layout = parallel.Layout(Mesh(devices, ("lanes", "data")), 1, data)
-            compiled = runner.Compiled(algo, keys, hparams, layout, data_algo)
-            loop, _ = runner.train_lanes(compiled, keys, hparams, algo.num_updates, 2)
-            return loop
-
-        one, four = train(1), train(4)
+        (one, _), (four, _) = train(run, 1), train(run, 4)
         assert len(four.algo_state.env.obs.sharding.device_set) == 4
         jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
                                one.algo_state.actor_params, four.algo_state.actor_params)
@@ -144,7 +135,7 @@ def test_data_parallel_trpo_matches_one_device_on_the_same_batch():
                                           np.asarray(four.metrics[name]), err_msg=name)
         assert (np.asarray(four.metrics["backtracks"]) >= 0).any()  # some steps were accepted
         print("TRPO_DATA_OK", np.asarray(four.metrics["backtracks"]).ravel().tolist())
-    """)
+    """))
     assert "TRPO_DATA_OK" in out
 
 
