@@ -72,14 +72,26 @@ class EnvConfig:
 
 @dataclass(frozen=True)
 class NetworkConfig:
+    kind: str = "mlp"  # mlp (MLP/CNN actor and critic) | transformer (token envs: causal transformer)
     hidden_sizes: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
     cnn_channels: tuple[int, ...] = (16,)  # conv torso for image observations (MinAtar)
     log_std_init: float = 0.0  # initial log std of a diagonal Gaussian policy
+    # transformer (kind=transformer)
+    d_model: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    mlp_ratio: int = 4
 
     ACTIVATIONS: ClassVar[tuple[str, ...]] = ("tanh", "relu", "gelu", "silu")
+    KINDS: ClassVar[tuple[str, ...]] = ("mlp", "transformer")
 
     def validate(self, prefix: str) -> None:
+        one_of(f"{prefix}.kind", self.kind, self.KINDS)
+        for name in ("d_model", "num_layers", "num_heads", "mlp_ratio"):
+            positive(f"{prefix}.{name}", getattr(self, name))
+        _check(self.d_model % self.num_heads == 0, f"{prefix}.num_heads", self.num_heads,
+               f"a divisor of network.d_model = {self.d_model}")
         _check(len(self.hidden_sizes) > 0 and all(h > 0 for h in self.hidden_sizes),
                f"{prefix}.hidden_sizes", list(self.hidden_sizes), "a non-empty list of positive ints")
         _check(all(c > 0 for c in self.cnn_channels), f"{prefix}.cnn_channels",
@@ -280,12 +292,18 @@ class RunConfig:
     total_timesteps: int = 500_000
     eval_episodes: int = 16
     eval_deterministic: bool = True
+    # evaluate every this many updates during training (metrics eval_return, and eval_accuracy /
+    # eval_accuracy_sampled on token envs); 0 = only the final evaluation
+    eval_every: int = 0
+    # start from the policy of a supervised checkpoint (python -m purejaxrl_opt.sft); token envs
+    init_from: str | None = None
 
     def validate(self) -> None:
         non_negative("seed", self.seed)
         positive("num_seeds", self.num_seeds)
         positive("total_timesteps", self.total_timesteps)
         positive("eval_episodes", self.eval_episodes)
+        non_negative("eval_every", self.eval_every)
         self.env.validate("env")
         self.network.validate("network")
         self.algo.validate(self.algo.name, self)
@@ -312,6 +330,9 @@ def _coerce(key: str, value: Any, annotation: Any) -> Any:
         return float(value)
     if ann == "str":
         _check(isinstance(value, str), key, value, "a string")
+        return value
+    if ann == "str | None":
+        _check(value is None or isinstance(value, str), key, value, "a string or null")
         return value
     if ann.startswith("tuple[int"):
         _check(isinstance(value, (list, tuple)) and all(

@@ -22,7 +22,9 @@ _EXCLUDED = ("MNISTBandit-bsuite",)
 def _registered() -> tuple[str, ...]:
     import gymnax
 
-    return tuple(e for e in gymnax.registered_envs if e not in _EXCLUDED)
+    from purejaxrl_opt.token_envs import TOKEN_ENVS
+
+    return tuple(e for e in gymnax.registered_envs if e not in _EXCLUDED) + TOKEN_ENVS
 
 
 SUPPORTED_ENVS: tuple[str, ...] = _registered()
@@ -39,6 +41,7 @@ class EnvSpec:
     action_low: tuple[float, ...] | None
     action_high: tuple[float, ...] | None
     max_steps: int  # episode limit (time-limit truncation)
+    vocab: tuple[str, ...] | None = None  # token envs (token_envs.py): the token strings; else None
 
     @property
     def is_image(self) -> bool:
@@ -50,10 +53,17 @@ def make(env_id: str, params_overrides: dict[str, Any] | None = None):
     import gymnax
     from gymnax.environments import spaces
 
+    from purejaxrl_opt import token_envs
+
     if env_id not in SUPPORTED_ENVS:
         raise ValueError(f"unknown env '{env_id}'; supported: {list(SUPPORTED_ENVS)}")
-    env, env_params = gymnax.make(env_id)
     overrides = dict(params_overrides or {})
+    if env_id in token_envs.TOKEN_ENVS:
+        # options fix the token buffer's shape: they are constructor arguments, checked here
+        env, env_params = token_envs.make(env_id, overrides)
+        overrides = {}
+    else:
+        env, env_params = gymnax.make(env_id)
     if overrides:
         unknown = sorted(set(overrides) - set(env_params.__dataclass_fields__))
         if unknown:
@@ -74,8 +84,14 @@ def make(env_id: str, params_overrides: dict[str, Any] | None = None):
     else:
         raise ValueError(f"{env_id}: unsupported action space {space!r}")
     max_steps = int(getattr(env_params, "max_steps_in_episode", 0) or 0)
-    spec = EnvSpec(env_id, obs_shape, discrete, num_actions, low, high, max_steps)
+    vocab = tuple(env.vocab) if env_id in token_envs.TOKEN_ENVS else None
+    spec = EnvSpec(env_id, obs_shape, discrete, num_actions, low, high, max_steps, vocab)
     return env, env_params, spec
+
+
+def eval_params(spec: EnvSpec, env_params):
+    """Env params for evaluation: token envs draw held-out (test-split) prompts; others unchanged."""
+    return env_params.replace(split=1) if spec.vocab is not None else env_params
 
 
 def to_env_action(spec: EnvSpec, action: jnp.ndarray, clip: bool) -> jnp.ndarray:

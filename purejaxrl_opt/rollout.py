@@ -194,6 +194,7 @@ class GroupBatch(NamedTuple):
     mask: jnp.ndarray  # [T, B] bool
     returns: jnp.ndarray  # [B] undiscounted episode return
     lengths: jnp.ndarray  # [B] unmasked steps
+    correct: jnp.ndarray  # [B] bool: the env reported info["correct"] (token envs; else False)
 
 
 def group_reset_keys(key: jax.Array, num_groups: int, group_size: int, same_start: bool) -> jax.Array:
@@ -203,37 +204,49 @@ def group_reset_keys(key: jax.Array, num_groups: int, group_size: int, same_star
     return jax.random.split(key, num_groups * group_size)
 
 
-def group_rollout(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn: ActorFn, actor_params,
+def group_rollout(env, env_params, spec: EnvSpec, dist: Distribution, policy, actor_params,
                   obs_norm: ObsNormState | None, key: jax.Array, num_groups: int, group_size: int,
-                  max_steps: int, same_start: bool, clip_actions: bool = True) -> GroupBatch:
+                  max_steps: int, same_start: bool, clip_actions: bool = True,
+                  greedy: bool = False) -> GroupBatch:
     """Roll ``num_groups x group_size`` fresh episodes for ``max_steps`` steps, masking after ``done``.
 
     Same-start grouping resets the ``group_size`` envs of a group with one key (identical initial
     state); every env then draws its own actions and transitions (independent samples, per-env env
     keys). The env's own ``step`` is used so termination and truncation are exactly the env's; its
     auto-reset only produces padding, which keeps every padded step a valid (finite) state.
+
+    ``policy`` is a :class:`purejaxrl_opt.policies.Policy` (acting through its ``start``/``advance``
+    carry, e.g. a transformer's key/value cache) or a plain ``actor_fn(params, obs)``. ``greedy``
+    takes the distribution's mode instead of sampling.
     """
+    from purejaxrl_opt.policies import as_policy
+
+    policy = as_policy(policy)
     num_envs = num_groups * group_size
     reset_key, loop_key = jax.random.split(key)
     obs, env_state = envs.vmap_reset(env, env_params,
                                      group_reset_keys(reset_key, num_groups, group_size, same_start))
     step_env = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    policy_carry, dist_params = policy.start(actor_params, envs.obs_norm_apply(obs_norm, obs))
 
     def _env_step(carry, step_key):
-        env_state, obs, alive = carry
+        env_state, obs, alive, policy_carry, dist_params = carry
         action_key, env_key = jax.random.split(step_key)
-        dist_params = actor_fn(actor_params, envs.obs_norm_apply(obs_norm, obs))
-        action = dist.sample(action_key, dist_params)
+        action = dist.mode(dist_params) if greedy else dist.sample(action_key, dist_params)
         log_prob = dist.log_prob(dist_params, action)
-        next_obs, env_state, reward, terminated, truncated, _ = step_env(
+        next_obs, env_state, reward, terminated, truncated, info = step_env(
             jax.random.split(env_key, num_envs), env_state, envs.to_env_action(spec, action, clip_actions),
             env_params)
         reward = jnp.where(alive, reward.astype(jnp.float32), 0.0)
+        correct = jnp.logical_and(alive, info.get("correct", jnp.zeros_like(alive)))
         still_alive = jnp.logical_and(alive, jnp.logical_not(jnp.logical_or(terminated, truncated)))
-        return (env_state, next_obs, still_alive), (obs, action, log_prob, reward, alive)
+        policy_carry, dist_params = policy.advance(actor_params, policy_carry, action,
+                                                   envs.obs_norm_apply(obs_norm, next_obs))
+        return ((env_state, next_obs, still_alive, policy_carry, dist_params),
+                (obs, action, log_prob, reward, alive, correct))
 
-    init = (env_state, obs, jnp.ones((num_envs,), bool))
-    _, (obs, action, log_prob, reward, mask) = jax.lax.scan(
+    init = (env_state, obs, jnp.ones((num_envs,), bool), policy_carry, dist_params)
+    _, (obs, action, log_prob, reward, mask, correct) = jax.lax.scan(
         _env_step, init, jax.random.split(loop_key, max_steps))
     return GroupBatch(obs, action, log_prob, reward, mask, reward.sum(0),
-                      mask.sum(0).astype(jnp.float32))
+                      mask.sum(0).astype(jnp.float32), jnp.any(correct, axis=0))

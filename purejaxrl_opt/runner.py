@@ -17,6 +17,7 @@ import json
 import math
 import os
 import platform
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -268,14 +269,69 @@ def execute(run: RunConfig, out_dir: str | os.PathLike, loggers=(), num_chunks: 
     summary = make_summary(run, algo, metrics, eval_returns, compiled.seconds, run_seconds, num_params,
                            lanes=lanes, plan=plan, start_update=start_update,
                            parallel_layout=layout.describe())
+    summary["memory"] = memory_report(compiled)
+    token_examples = None
+    if algo.spec.vocab is not None:
+        token_stats, token_examples = token_evaluation(algo, _to_host(loop))
+        summary.update(token_stats)
     if not main:
         return RunResult(summary, loop, eval_returns)
+    if token_examples is not None:
+        (out_dir / "examples.txt").write_text(token_examples)
     write_metrics_csv(out_dir / "metrics.csv", run, metrics, hparams, lanes=lanes, plan=plan)
     write_json_atomic(out_dir / "summary.json", summary)
     _plot_learning_curve(out_dir, summary, metrics)
     for logger in loggers:
         logger.finish(summary, metrics, out_dir)
     return RunResult(summary, loop, eval_returns)
+
+
+def memory_report(compiled: Compiled) -> dict:
+    """Memory of the compiled update function (XLA's own accounting: arguments + outputs + temporaries,
+    all lanes) and the process's peak resident set size so far, in bytes."""
+    import resource
+
+    report = {}
+    try:
+        stats = compiled.updates.memory_analysis()
+        peak = getattr(stats, "peak_memory_in_bytes", None)
+        report["update_peak_bytes"] = int(peak if peak is not None else
+                                          stats.argument_size_in_bytes + stats.output_size_in_bytes
+                                          + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
+        report["update_temp_bytes"] = int(stats.temp_size_in_bytes)
+    except Exception:  # noqa: BLE001 - not every backend reports it
+        pass
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+    report["process_max_rss_bytes"] = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale)
+    return report
+
+
+def token_evaluation(algo: Algorithm, loop: Loop) -> tuple[dict, str]:
+    """Held-out accuracy of every lane's final policy (greedy and sampled answers to the same
+    ``eval_episodes`` test-split prompts) and a text of example answers (lane 0, greedy)."""
+    from purejaxrl_opt.algos.base import token_generations
+    from purejaxrl_opt.token_envs import decode
+
+    def _lane(loop: Loop):
+        actor_params, _ = algo.policy(loop.algo_state)
+        greedy = token_generations(algo, actor_params, loop.eval_key, greedy=True)
+        sampled = token_generations(algo, actor_params, loop.eval_key, greedy=False)
+        return greedy, sampled.correct
+
+    greedy, sampled_correct = jax.tree_util.tree_map(np.asarray, jax.jit(jax.vmap(_lane))(loop))
+    per_lane = greedy.correct.mean(axis=1)
+    per_lane_sampled = sampled_correct.mean(axis=1)
+    stats = {"eval_accuracy": float(per_lane.mean()),
+             "eval_accuracy_per_seed": [float(x) for x in per_lane],
+             "eval_accuracy_sampled": float(per_lane_sampled.mean()),
+             "eval_accuracy_sampled_per_seed": [float(x) for x in per_lane_sampled],
+             "eval_prompts": int(greedy.correct.shape[1]), "eval_split": "test"}
+    lines = ["# held-out (test-split) prompts and the greedy answers of lane 0's final policy"]
+    for i in range(min(32, greedy.correct.shape[1])):
+        answer = greedy.action[0, : int(greedy.lengths[0, i]), i] + 1
+        lines.append(f"{decode(greedy.obs[0, 0, i])} {decode(answer)}  "
+                     f"[{'correct' if greedy.correct[0, i] else 'wrong'}]")
+    return stats, "\n".join(lines) + "\n"
 
 
 def _plot_learning_curve(out_dir: Path, summary: dict, metrics: dict) -> None:

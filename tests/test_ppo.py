@@ -99,3 +99,20 @@ def test_image_observations_use_a_conv_torso():
     assert any("Conv" in k for k in state.params["actor"]["params"]["Torso_0"])
     state, metrics = jax.jit(algo.update)(state, algo.default_hparams(), jnp.int32(0))
     assert np.isfinite(float(metrics["policy_loss"]))
+
+
+def test_periodic_evaluation_every_n_updates_changes_no_training_number():
+    """``eval_every=2``: ``eval_return`` on every 2nd update (NaN otherwise), the rest bitwise as
+    without it; the last periodic evaluation plays the final policy like the final evaluation."""
+    run = small_run(PPOConfig(num_envs=4, num_steps=32), total_timesteps=4 * 32 * 6, eval_episodes=4)
+    with_eval = small_run(PPOConfig(num_envs=4, num_steps=32), total_timesteps=4 * 32 * 6,
+                          eval_episodes=4, eval_every=2)
+    key = jax.random.PRNGKey(3)
+    plain = jax.jit(algos.make_train(run))(key)
+    evaluated = jax.jit(algos.make_train(with_eval))(key)
+    returns = np.asarray(evaluated.metrics["eval_return"])
+    assert np.isnan(returns[0::2]).all() and np.isfinite(returns[1::2]).all()
+    assert np.all((returns[1::2] >= 1) & (returns[1::2] <= 500))
+    for name in plain.metrics:
+        np.testing.assert_array_equal(plain.metrics[name], evaluated.metrics[name])
+    np.testing.assert_array_equal(plain.eval_returns, evaluated.eval_returns)

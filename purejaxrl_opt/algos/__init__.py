@@ -38,13 +38,38 @@ def make_algorithm(run: RunConfig, env: tuple | None = None, axis_name: str | No
     if run.algo.name not in REGISTRY:
         raise ValueError(f"unknown algo '{run.algo.name}'; registered: {sorted(REGISTRY)}")
     env, env_params, spec = env if env is not None else make_env(run)
+    check_env_fit(run, spec)
     module = importlib.import_module(REGISTRY[run.algo.name])
+    if spec.vocab is not None and run.algo.name == "ppo":
+        module = importlib.import_module("purejaxrl_opt.algos.ppo_tokens")
     if axis_name is None:
         return module.make_algorithm(run, env, env_params, spec)
-    if run.algo.name not in DATA_PARALLEL:
+    if run.algo.name not in DATA_PARALLEL or spec.vocab is not None:
         raise ValueError(f"algo '{run.algo.name}' has no data-parallel mode; supported: "
                          f"{sorted(DATA_PARALLEL)}")
     return module.make_algorithm(run, env, env_params, spec, axis_name=axis_name)
+
+
+# algorithms that run on token envs (whole-answer rollouts with a transformer policy)
+TOKEN_ALGOS: frozenset[str] = frozenset({"ppo", "grpo"})
+
+
+def check_env_fit(run: RunConfig, spec) -> None:
+    """Refuse, before compiling, combinations of algorithm, env and network that cannot work."""
+    from purejaxrl_opt.config import ConfigError
+    from purejaxrl_opt.policies import check_network
+
+    check_network(run.network, spec)
+    if spec.vocab is not None:
+        if run.algo.name not in TOKEN_ALGOS:
+            raise ConfigError(f"config key 'algo.name' = {run.algo.name!r} is invalid on the token env "
+                              f"{spec.env_id}: must be one of {sorted(TOKEN_ALGOS)}")
+        if run.env.normalize_obs:
+            raise ConfigError(f"config key 'env.normalize_obs' = True is invalid on the token env "
+                              f"{spec.env_id}: observations are token ids; must be false")
+    elif run.init_from is not None:
+        raise ConfigError(f"config key 'init_from' = {run.init_from!r} is invalid on {spec.env_id}: "
+                          "supervised checkpoints exist for token envs only")
 
 
 def make_train(run: RunConfig, env: tuple | None = None) -> Callable[..., TrainOutput]:

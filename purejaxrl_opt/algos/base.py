@@ -52,9 +52,33 @@ class Algorithm:
     metric_names: tuple[str, ...]
     num_updates: int
     param_fn: Callable[[Any], Any]  # state -> every trained parameter (for num_params, checkpoints)
+    # the policy as a purejaxrl_opt.policies.Policy (cached acting for transformers); None = actor_fn
+    policy_net: Any = None
 
     def default_hparams(self) -> Hyperparameters:
         return hyperparameters(self.run.algo)
+
+    @property
+    def acting_policy(self):
+        from purejaxrl_opt.policies import as_policy
+
+        return as_policy(self.policy_net if self.policy_net is not None else self.actor_fn)
+
+    @property
+    def eval_env_params(self):
+        """Evaluation env params: held-out prompts on token envs, the training params otherwise."""
+        from purejaxrl_opt.envs import eval_params
+
+        return eval_params(self.spec, self.env_params)
+
+    @property
+    def eval_metric_names(self) -> tuple[str, ...]:
+        """Metrics of the periodic evaluation (``run.eval_every > 0``), in the metrics buffer."""
+        if self.run.eval_every <= 0:
+            return ()
+        if self.spec.vocab is not None:
+            return ("eval_return", "eval_accuracy", "eval_accuracy_sampled")
+        return ("eval_return",)
 
 
 @dataclass(frozen=True)
@@ -107,7 +131,7 @@ class TrainOutput(NamedTuple):
 def init_loop(algo: Algorithm, key: jax.Array, hparams: Hyperparameters | None = None) -> Loop:
     hparams = algo.default_hparams() if hparams is None else hparams
     init_key, eval_key = jax.random.split(key)
-    names = ("env_steps",) + algo.metric_names
+    names = ("env_steps",) + algo.metric_names + algo.eval_metric_names
     metrics = {n: jnp.full((algo.num_updates,), jnp.nan, jnp.float32) for n in names}
     return Loop(algo.init(init_key, hparams), hparams, jnp.zeros((), jnp.int32),
                 jnp.zeros((), jnp.float32), eval_key, metrics)
@@ -121,11 +145,19 @@ def run_updates(algo: Algorithm, loop: Loop, start: jnp.ndarray | int, stop: jnp
     ``start`` must equal ``loop.update_idx``.
     """
     stop = jnp.minimum(stop, algo.num_updates)
+    every = algo.run.eval_every
+    eval_names = algo.eval_metric_names
 
     def _update_step(update_idx, loop: Loop) -> Loop:
         state, step_metrics = algo.update(loop.algo_state, loop.hparams, update_idx)
         env_steps = loop.env_steps + step_metrics.pop("env_steps")
         step_metrics["env_steps"] = env_steps
+        if eval_names:
+            # a real branch under vmap: update_idx is shared by all lanes
+            step_metrics.update(jax.lax.cond(
+                (update_idx + 1) % every == 0,
+                lambda: evaluate_metrics(algo, state, jax.random.fold_in(loop.eval_key, update_idx)),
+                lambda: {n: jnp.full((), jnp.nan, jnp.float32) for n in eval_names}))
         metrics = {n: loop.metrics[n].at[update_idx].set(step_metrics[n].astype(jnp.float32))
                    for n in loop.metrics}
         return loop.replace(algo_state=state, update_idx=loop.update_idx + 1, env_steps=env_steps,
@@ -135,12 +167,43 @@ def run_updates(algo: Algorithm, loop: Loop, start: jnp.ndarray | int, stop: jnp
 
 
 def evaluate_loop(algo: Algorithm, loop: Loop) -> jnp.ndarray:
-    """Returns ``[eval_episodes]`` of the current policy (deterministic by default), inside jit."""
-    actor_params, obs_norm = algo.policy(loop.algo_state)
+    """Returns ``[eval_episodes]`` of the current policy (deterministic by default), inside jit.
+
+    Token envs: returns of ``eval_episodes`` held-out prompts (test split)."""
+    return evaluate_returns(algo, algo.policy(loop.algo_state), loop.eval_key)
+
+
+def evaluate_returns(algo: Algorithm, policy_state, key: jax.Array,
+                     deterministic: bool | None = None) -> jnp.ndarray:
+    actor_params, obs_norm = policy_state
     run = algo.run
-    return rollout.evaluate(algo.env, algo.env_params, algo.spec, algo.dist, algo.actor_fn,
-                            actor_params, obs_norm, loop.eval_key, run.eval_episodes,
-                            run.eval_deterministic, run.env.clip_actions)
+    deterministic = run.eval_deterministic if deterministic is None else deterministic
+    if algo.spec.vocab is not None:
+        return token_generations(algo, actor_params, key, greedy=deterministic).returns
+    return rollout.evaluate(algo.env, algo.eval_env_params, algo.spec, algo.dist, algo.actor_fn,
+                            actor_params, obs_norm, key, run.eval_episodes, deterministic,
+                            run.env.clip_actions)
+
+
+def token_generations(algo: Algorithm, actor_params, key: jax.Array, greedy: bool,
+                      num_prompts: int | None = None) -> rollout.GroupBatch:
+    """One answer to each of ``num_prompts`` (default ``eval_episodes``) held-out prompts."""
+    return rollout.group_rollout(
+        algo.env, algo.eval_env_params, algo.spec, algo.dist, algo.acting_policy, actor_params, None,
+        key, num_prompts or algo.run.eval_episodes, 1, algo.spec.max_steps, False, greedy=greedy)
+
+
+def evaluate_metrics(algo: Algorithm, state, key: jax.Array) -> dict:
+    """The periodic evaluation: mean return; on token envs also greedy and sampled accuracy."""
+    if algo.spec.vocab is None:
+        return {"eval_return": evaluate_returns(algo, algo.policy(state), key).mean()}
+    actor_params, _ = algo.policy(state)
+    greedy_key, sampled_key = jax.random.split(key)
+    greedy = token_generations(algo, actor_params, greedy_key, greedy=True)
+    sampled = token_generations(algo, actor_params, sampled_key, greedy=False)
+    return {"eval_return": greedy.returns.mean(),
+            "eval_accuracy": greedy.correct.astype(jnp.float32).mean(),
+            "eval_accuracy_sampled": sampled.correct.astype(jnp.float32).mean()}
 
 
 def make_train(algo: Algorithm) -> Callable[..., TrainOutput]:

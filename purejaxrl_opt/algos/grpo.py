@@ -32,7 +32,7 @@ from purejaxrl_opt.algos.ppo import adam
 from purejaxrl_opt.config import ConfigError, GRPOConfig, RunConfig
 from purejaxrl_opt.distributions import for_spec
 from purejaxrl_opt.envs import EnvSpec
-from purejaxrl_opt.networks import Actor
+from purejaxrl_opt.policies import Policy, as_policy, make_policy
 
 METRICS = ("return_mean", "episode_length", "episodes", "kl_ref", "clip_frac", "approx_kl",
            "zero_spread_groups", "group_return_std", "entropy", "policy_loss", "learning_rate")
@@ -172,11 +172,14 @@ def policy_objective(log_prob, log_prob_old, log_prob_ref, entropy, advantages, 
     return loss, diagnostics
 
 
-def make_loss_fn(actor: Actor, dist, loss_norm: str):
-    """``loss_fn(actor_params, mb: Minibatch, hparams) -> (loss, diagnostics)``."""
+def make_loss_fn(policy: Policy, dist, loss_norm: str):
+    """``loss_fn(actor_params, mb: Minibatch, hparams) -> (loss, diagnostics)``; ``policy`` is a
+    :class:`Policy` or a flax actor module."""
+    if not isinstance(policy, Policy):
+        policy = as_policy(policy.apply)
 
     def loss_fn(actor_params, mb: Minibatch, hparams):
-        dist_params = actor.apply(actor_params, mb.obs)
+        dist_params = policy.episode_apply(actor_params, mb.obs, mb.action)
         log_prob = dist.log_prob(dist_params, mb.action)
         return policy_objective(log_prob, mb.log_prob_old, mb.log_prob_ref, dist.entropy(dist_params),
                                 mb.advantages, mb.mask, hparams, loss_norm)
@@ -233,8 +236,10 @@ def buffer_bytes(run: RunConfig, spec: EnvSpec, num_steps: int) -> int:
     obs_size = math.prod(spec.obs_shape)
     per_step = obs_size + spec.num_actions + 6
     buffer = num_steps * episodes * per_step * _FLOAT_BYTES * _BUFFER_COPIES
-    activations = 2 * num_steps * (episodes // cfg.num_minibatches) * sum(run.network.hidden_sizes) \
-        * _FLOAT_BYTES
+    net = run.network
+    width = (sum(net.hidden_sizes) if net.kind == "mlp"
+             else net.num_layers * net.d_model * (net.mlp_ratio + 4) * obs_size)  # per sequence
+    activations = 2 * num_steps * (episodes // cfg.num_minibatches) * width * _FLOAT_BYTES
     return run.num_seeds * (buffer + activations)
 
 
@@ -264,17 +269,18 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
     cfg: GRPOConfig = run.algo
     num_steps = check_static(run, spec)
     dist = for_spec(spec.discrete)
-    actor = Actor(spec, run.network)
+    policy = make_policy(spec, run.network)
+    initial_actor = load_initial_actor(run, spec)
     num_episodes = cfg.num_groups * cfg.group_size
     worst_case = num_episodes * num_steps
     budget_updates = run.total_timesteps // worst_case
     num_updates = cfg.max_updates or budget_updates
     gated = num_updates > budget_updates  # some updates may find the budget spent
-    loss_fn = make_loss_fn(actor, dist, cfg.loss_norm)
+    loss_fn = make_loss_fn(policy, dist, cfg.loss_norm)
 
     def init(key, hparams):
         actor_key, key = jax.random.split(key)
-        actor_params = actor.init(actor_key, jnp.zeros((1,) + spec.obs_shape, jnp.float32))
+        actor_params = policy.init(actor_key) if initial_actor is None else initial_actor
         params = {"actor": actor_params}
         opt_state = adam(hparams, hparams["lr"]).init(ravel_pytree(params)[0])
         obs_norm = envs.obs_norm_init(spec.obs_shape) if run.env.normalize_obs else None
@@ -283,7 +289,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
     def _learn(state: GRPOState, hparams, update_idx):
         key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
         batch = rollout.group_rollout(
-            env, env_params, spec, dist, actor.apply, state.params["actor"], state.obs_norm,
+            env, env_params, spec, dist, policy, state.params["actor"], state.obs_norm,
             rollout_key, cfg.num_groups, cfg.group_size, num_steps, cfg.grouping == "same_start",
             run.env.clip_actions)
         # trajectory-major, so that minibatches are whole episodes
@@ -292,7 +298,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
             (batch.obs, batch.action, batch.log_prob, batch.reward, batch.mask))
         obs = envs.obs_norm_apply(state.obs_norm, obs)
         advantages, outcomes, zero_spread = compute_advantages(cfg, reward, mask, hparams)
-        log_prob_ref = dist.log_prob(actor.apply(state.ref_params, obs), action)
+        log_prob_ref = dist.log_prob(policy.episode_apply(state.ref_params, obs, action), action)
         episodes = Minibatch(obs, action, log_prob, log_prob_ref, advantages, mask)
 
         progress = jnp.maximum(update_idx / num_updates, state.env_steps / run.total_timesteps)
@@ -349,6 +355,15 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         return new_state, metrics
 
     return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=dist,
-                     actor_fn=actor.apply, init=init, update=update,
+                     actor_fn=policy.apply, init=init, update=update,
                      policy=lambda s: (s.params["actor"], s.obs_norm), metric_names=METRICS,
-                     num_updates=num_updates, param_fn=lambda s: s.params)
+                     num_updates=num_updates, param_fn=lambda s: s.params, policy_net=policy)
+
+
+def load_initial_actor(run: RunConfig, spec: EnvSpec):
+    """Actor params from ``run.init_from`` (checked against the run's network and env), else None."""
+    if run.init_from is None:
+        return None
+    from purejaxrl_opt import sft
+
+    return sft.load_policy(run.init_from, run.network, spec)

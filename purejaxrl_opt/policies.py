@@ -1,0 +1,203 @@
+"""Policies and value functions as small bundles of pure functions, for MLPs and causal transformers.
+
+Every algorithm needs a policy in three ways:
+
+* ``apply(params, obs) -> dist_params`` — one observation (any leading axes) at a time; the default
+  acting and evaluation path.
+* ``start(params, obs) -> (carry, dist_params)`` and ``advance(params, carry, action, next_obs) ->
+  (carry, dist_params)`` — acting through one episode from its first observation, with a carry
+  (a transformer's key/value cache: one new token per step instead of re-encoding the prefix).
+* ``episode_apply(params, obs [E, T, ...], action [E, T]) -> dist_params [E, T, ...]`` — re-scoring
+  whole episodes in the loss (a transformer: one teacher-forced causal pass per answer).
+
+For an MLP all three are ``apply`` (the carry is ``None``). For a transformer on a token env
+(purejaxrl_opt/token_envs.py) the observation is the token buffer ``[max_len]`` — the prompt, then
+the answer tokens generated so far, then padding — and the policy's output at the last filled
+position gives the next token: action ``a`` is token ``a + 1`` (padding is never emitted).
+``episode_apply`` rebuilds the answer from the first observation and the actions, which is exact
+because the transformer is causal: what follows a position never changes its output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from purejaxrl_opt.config import ConfigError, NetworkConfig
+from purejaxrl_opt.envs import EnvSpec
+
+
+@dataclass(frozen=True)
+class Policy:
+    init: Callable[[jax.Array], Any]
+    apply: Callable[[Any, jnp.ndarray], dict]
+    start: Callable[[Any, jnp.ndarray], tuple[Any, dict]]
+    advance: Callable[[Any, Any, jnp.ndarray, jnp.ndarray], tuple[Any, dict]]
+    episode_apply: Callable[[Any, jnp.ndarray, jnp.ndarray], dict]
+
+
+@dataclass(frozen=True)
+class ValueFunction:
+    init: Callable[[jax.Array], Any]
+    apply: Callable[[Any, jnp.ndarray], jnp.ndarray]  # obs [..., *obs_shape] -> [...]
+    episode_apply: Callable[[Any, jnp.ndarray, jnp.ndarray], jnp.ndarray]  # -> [E, T]
+
+
+def as_policy(policy_or_fn) -> Policy:
+    """A :class:`Policy` as is; a plain ``actor_fn(params, obs)`` as a carry-free policy."""
+    if isinstance(policy_or_fn, Policy):
+        return policy_or_fn
+    fn = policy_or_fn
+    return Policy(init=None, apply=fn, start=lambda params, obs: (None, fn(params, obs)),
+                  advance=lambda params, carry, action, obs: (None, fn(params, obs)),
+                  episode_apply=lambda params, obs, action: fn(params, obs))
+
+
+def check_network(net: NetworkConfig, spec: EnvSpec) -> None:
+    """Refuse, before compiling, a network that does not fit the env."""
+    if net.kind == "transformer" and spec.vocab is None:
+        raise ConfigError(f"config key 'network.kind' = 'transformer' needs a token env (one of "
+                          f"{list(token_env_ids())}); {spec.env_id} has vector/image observations: use "
+                          "network=mlp")
+
+
+def token_env_ids() -> tuple[str, ...]:
+    from purejaxrl_opt.token_envs import TOKEN_ENVS
+
+    return TOKEN_ENVS
+
+
+# --------------------------------------------------------------------------- MLP (and CNN)
+def mlp_policy(spec: EnvSpec, net: NetworkConfig) -> Policy:
+    from purejaxrl_opt.networks import Actor
+
+    actor = Actor(spec, net)
+
+    def init(key):
+        return actor.init(key, jnp.zeros((1,) + spec.obs_shape, jnp.float32))
+
+    def start(params, obs):
+        return None, actor.apply(params, obs)
+
+    def advance(params, carry, action, next_obs):
+        return None, actor.apply(params, next_obs)
+
+    def episode_apply(params, obs, action):
+        return actor.apply(params, obs)
+
+    return Policy(init, actor.apply, start, advance, episode_apply)
+
+
+def mlp_value(spec: EnvSpec, net: NetworkConfig) -> ValueFunction:
+    from purejaxrl_opt.networks import Critic
+
+    critic = Critic(spec, net)
+
+    def init(key):
+        return critic.init(key, jnp.zeros((1,) + spec.obs_shape, jnp.float32))
+
+    return ValueFunction(init, critic.apply, lambda params, obs, action: critic.apply(params, obs))
+
+
+# --------------------------------------------------------------------------- causal transformer
+def _model(spec: EnvSpec, net: NetworkConfig, num_outputs: int):
+    from purejaxrl_opt.transformer import CausalTransformer
+
+    return CausalTransformer(vocab_size=len(spec.vocab), num_outputs=num_outputs,
+                             max_len=spec.obs_shape[0], d_model=net.d_model,
+                             num_layers=net.num_layers, num_heads=net.num_heads,
+                             mlp_ratio=net.mlp_ratio)
+
+
+def filled_length(tokens: jnp.ndarray) -> jnp.ndarray:
+    """Number of filled (non-padding) tokens of buffers ``[..., L]``: padding (0) is only at the end."""
+    return jnp.sum(tokens != 0, axis=-1).astype(jnp.int32)
+
+
+def _at_last(out: jnp.ndarray, length: jnp.ndarray) -> jnp.ndarray:
+    """``out [..., L, K]`` at position ``length - 1`` -> ``[..., K]``."""
+    idx = jnp.maximum(length - 1, 0)[..., None, None]
+    return jnp.take_along_axis(out, idx, axis=-2)[..., 0, :]
+
+
+def episode_tokens(obs: jnp.ndarray, action: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """The whole answer buffer of each episode and the positions whose outputs scored its actions.
+
+    ``obs [E, T, L]`` (first observation = the prompt), ``action [E, T]`` -> ``(tokens [E, L],
+    positions [E, T])``: action ``t`` (token ``a + 1``) sits at ``prompt_len + t`` and was chosen from
+    the output at ``prompt_len - 1 + t``. Positions past the buffer (only after an episode's end,
+    masked by every caller) are dropped from the buffer and clamped in ``positions``.
+    """
+    prompt = obs[:, 0].astype(jnp.int32)
+    max_len, num_steps = prompt.shape[-1], action.shape[1]
+    start = filled_length(prompt)  # [E]
+    write = start[:, None] + jnp.arange(num_steps)[None, :]  # [E, T]
+    rows = jnp.broadcast_to(jnp.arange(prompt.shape[0])[:, None], write.shape)
+    tokens = prompt.at[rows, write].set(action.astype(jnp.int32) + 1, mode="drop")
+    return tokens, jnp.minimum(write - 1, max_len - 1)
+
+
+def _gather_positions(out: jnp.ndarray, positions: jnp.ndarray) -> jnp.ndarray:
+    """``out [E, L, K]`` at ``positions [E, T]`` -> ``[E, T, K]``."""
+    return jnp.take_along_axis(out, positions[..., None], axis=1)
+
+
+def transformer_policy(spec: EnvSpec, net: NetworkConfig) -> Policy:
+    model = _model(spec, net, spec.num_actions)
+    max_len = spec.obs_shape[0]
+
+    def init(key):
+        return model.init(key, jnp.zeros((1, max_len), jnp.int32))
+
+    def apply(params, obs):
+        tokens = obs.astype(jnp.int32)
+        return {"logits": _at_last(model.apply(params, tokens), filled_length(tokens))}
+
+    def start(params, obs):
+        tokens = obs.astype(jnp.int32)
+        length = filled_length(tokens)
+        logits, cache = model.apply(params, tokens, length, method=model.prefill)
+        return (cache, length), {"logits": logits}
+
+    def advance(params, carry, action, next_obs):
+        cache, pos = carry
+        logits, cache = model.apply(params, action.astype(jnp.int32) + 1, pos, cache,
+                                    method=model.decode)
+        return (cache, pos + 1), {"logits": logits}
+
+    def episode_apply(params, obs, action):
+        tokens, positions = episode_tokens(obs, action)
+        return {"logits": _gather_positions(model.apply(params, tokens), positions)}
+
+    return Policy(init, apply, start, advance, episode_apply)
+
+
+def transformer_value(spec: EnvSpec, net: NetworkConfig) -> ValueFunction:
+    model = _model(spec, net, 1)
+    max_len = spec.obs_shape[0]
+
+    def init(key):
+        return model.init(key, jnp.zeros((1, max_len), jnp.int32))
+
+    def apply(params, obs):
+        tokens = obs.astype(jnp.int32)
+        return _at_last(model.apply(params, tokens), filled_length(tokens))[..., 0]
+
+    def episode_apply(params, obs, action):
+        tokens, positions = episode_tokens(obs, action)
+        return _gather_positions(model.apply(params, tokens), positions)[..., 0]
+
+    return ValueFunction(init, apply, episode_apply)
+
+
+def make_policy(spec: EnvSpec, net: NetworkConfig) -> Policy:
+    check_network(net, spec)
+    return transformer_policy(spec, net) if net.kind == "transformer" else mlp_policy(spec, net)
+
+
+def make_value(spec: EnvSpec, net: NetworkConfig) -> ValueFunction:
+    check_network(net, spec)
+    return transformer_value(spec, net) if net.kind == "transformer" else mlp_value(spec, net)

@@ -1,0 +1,390 @@
+"""Supervised warm start on a token env: teacher-forced cross-entropy on a limited set of correct answers.
+
+    python -m purejaxrl_opt.sft env=Addition-v0 sft.num_examples=256 sft.steps=600
+    python -m purejaxrl_opt.train algo=grpo env=Addition-v0 init_from=<that run dir>
+
+The examples are ``sft.num_examples`` distinct training-split prompts (operand/string lengths in
+``[sft.min_digits, sft.max_digits]``, default: the env's) with their correct answers. Training is one
+jitted function (Adam, ``sft.steps`` minibatch steps, the loss only on answer tokens). The run dir gets
+``checkpoint/`` (``params.msgpack`` + ``meta.json``: network, vocabulary, buffer length), ``summary.json``
+(loss, greedy accuracy on the training prompts and on held-out prompts), ``metrics.csv``
+and ``examples.txt``. RL runs start from it with ``init_from=<run dir>``: the policy and GRPO's
+reference policy are these parameters; :func:`load_policy` refuses a checkpoint of another network,
+vocabulary or buffer length before anything is compiled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from purejaxrl_opt.config import (ConfigError, EnvConfig, NetworkConfig, build_section, non_negative,
+                                  positive)
+
+CHECKPOINT_KIND = "purejaxrl_opt.sft_policy"
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    num_examples: int = 256  # distinct training prompts with their correct answers
+    min_digits: int = 0  # 0 = the env's min_digits
+    max_digits: int = 0  # 0 = the env's max_digits
+    steps: int = 600  # Adam steps
+    batch_size: int = 64
+    lr: float = 1e-3
+    eval_prompts: int = 512  # held-out prompts for the greedy accuracy in summary.json
+    examples: int = 20  # generated answers written to examples.txt
+
+    def validate(self) -> None:
+        for name in ("num_examples", "steps", "batch_size", "eval_prompts"):
+            positive(f"sft.{name}", getattr(self, name))
+        for name in ("min_digits", "max_digits", "examples"):
+            non_negative(f"sft.{name}", getattr(self, name))
+        positive("sft.lr", self.lr)
+
+
+# --------------------------------------------------------------------------- data
+def example_env_options(env_cfg: EnvConfig, cfg: SFTConfig) -> dict:
+    """Env options for drawing examples: the RL env's, with the SFT digit range (same buffer)."""
+    options = dict(env_cfg.params)
+    if cfg.min_digits:
+        options["min_digits"] = cfg.min_digits
+    if cfg.max_digits:
+        options["max_digits"] = cfg.max_digits
+    return options
+
+
+def make_dataset(env_cfg: EnvConfig, cfg: SFTConfig, seed: int):
+    """``(prompts [N, L] int32, answers [N, T] actions, answer_len [N])`` of distinct training prompts.
+
+    Prompts come from the training split of the env (with the SFT digit range); answers are the
+    correct answer tokens (incl. ``<eos>``) as actions, ``T`` = the RL env's answer limit.
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from purejaxrl_opt import envs
+
+    _, _, rl_spec = envs.make(env_cfg.id, dict(env_cfg.params))
+    options = example_env_options(env_cfg, cfg)
+    options.setdefault("max_len", rl_spec.obs_shape[0])
+    if options["max_len"] == 0:
+        options["max_len"] = rl_spec.obs_shape[0]
+    try:
+        env, env_params, spec = envs.make(env_cfg.id, options)
+    except ConfigError as error:
+        raise ConfigError(f"sft.min_digits/max_digits do not fit the env's token buffer: {error}") from None
+    if spec.obs_shape != rl_spec.obs_shape or spec.max_steps > rl_spec.max_steps:
+        raise ConfigError(
+            f"config keys 'sft.min_digits'/'sft.max_digits' = {cfg.min_digits}/{cfg.max_digits}: "
+            f"examples need a buffer {spec.obs_shape} and {spec.max_steps} answer steps; the env "
+            f"{env_cfg.id} has {rl_spec.obs_shape} and {rl_spec.max_steps}: stay within the env's digits")
+    chosen: dict[bytes, int] = {}
+    prompts, answers, lengths = [], [], []
+    key = jax.random.PRNGKey(seed)
+    reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
+    for _ in range(50):  # draw until num_examples distinct prompts (or the split runs out)
+        key, sub = jax.random.split(key)
+        _, state = reset(jax.random.split(sub, 4 * cfg.num_examples), env_params)
+        tokens, answer, answer_len = (np.asarray(state.tokens), np.asarray(state.answer),
+                                      np.asarray(state.answer_len))
+        for i in range(tokens.shape[0]):
+            row = tokens[i].tobytes()
+            if row in chosen:
+                continue
+            chosen[row] = len(prompts)
+            prompts.append(tokens[i])
+            answers.append(answer[i])
+            lengths.append(answer_len[i])
+            if len(prompts) == cfg.num_examples:
+                break
+        if len(prompts) == cfg.num_examples:
+            break
+    if len(prompts) < cfg.num_examples:
+        raise ConfigError(f"config key 'sft.num_examples' = {cfg.num_examples} is invalid: the "
+                          f"training split of {env_cfg.id} with these digits has only about "
+                          f"{len(prompts)} distinct prompts")
+    answers = np.stack(answers)
+    limit = rl_spec.max_steps
+    padded = np.zeros((len(answers), limit), np.int32)  # action 0 = <eos> pads (masked anyway)
+    padded[:, :answers.shape[1]] = np.maximum(answers[:, :limit] - 1, 0)
+    return (jnp.asarray(np.stack(prompts), jnp.int32), jnp.asarray(padded),
+            jnp.asarray(np.asarray(lengths), jnp.int32))
+
+
+# --------------------------------------------------------------------------- training (pure)
+def sequence_loss(policy, params, prompts, actions, answer_len):
+    """Mean cross-entropy per answer token (incl. ``<eos>``) under teacher forcing."""
+    import jax
+    import jax.numpy as jnp
+
+    logits = policy.episode_apply(params, prompts[:, None, :], actions)["logits"]
+    log_p = jnp.take_along_axis(jax.nn.log_softmax(logits), actions[..., None], axis=-1)[..., 0]
+    mask = jnp.arange(actions.shape[1])[None, :] < answer_len[:, None]
+    return -jnp.sum(jnp.where(mask, log_p, 0.0)) / jnp.maximum(mask.sum(), 1)
+
+
+def greedy_answers(policy, params, prompts, num_steps: int):
+    """Greedy answers to ``prompts [N, L]`` with the cached decoder: actions ``[N, T]``."""
+    import jax
+    import jax.numpy as jnp
+
+    carry, dist_params = policy.start(params, prompts)
+
+    def _step(state, _):
+        carry, dist_params = state
+        action = jnp.argmax(dist_params["logits"], axis=-1)
+        carry, dist_params = policy.advance(params, carry, action, prompts)
+        return (carry, dist_params), action
+
+    return jax.lax.scan(_step, (carry, dist_params), None, length=num_steps)[1].T
+
+
+def exact_match(actions, answers, answer_len):
+    """Per row: the actions up to ``answer_len`` equal the answer (which ends with ``<eos>``)."""
+    import jax.numpy as jnp
+
+    mask = jnp.arange(actions.shape[1])[None, :] < answer_len[:, None]
+    return jnp.all(jnp.where(mask, actions == answers, True), axis=1)
+
+
+def make_sft_train(policy, prompts, actions, answer_len, cfg: SFTConfig, log_every: int):
+    """``train(key) -> (params, {loss, train_accuracy})``: one jit. The metrics have one row before
+    training (the whole example set) and one per ``log_every`` steps (loss: mean over those steps)."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    optimizer = optax.adam(cfg.lr)
+    num = prompts.shape[0]
+    batch = min(cfg.batch_size, num)
+    num_steps = actions.shape[1]
+    grad_fn = jax.value_and_grad(lambda p, idx: sequence_loss(
+        policy, p, prompts[idx], actions[idx], answer_len[idx]))
+
+    def train(key):
+        init_key, key = jax.random.split(key)
+        params = policy.init(init_key)
+        opt_state = optimizer.init(params)
+
+        def _step(state, step_key):
+            params, opt_state = state
+            idx = jax.random.choice(step_key, num, (batch,), replace=False)
+            loss, grads = grad_fn(params, idx)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state), loss
+
+        def _block(state, block_key):
+            state, losses = jax.lax.scan(_step, state, jax.random.split(block_key, log_every))
+            accuracy = exact_match(greedy_answers(policy, state[0], prompts, num_steps), actions,
+                                   answer_len).mean()
+            return state, {"loss": losses.mean(), "train_accuracy": accuracy}
+
+        def _measure(params):
+            accuracy = exact_match(greedy_answers(policy, params, prompts, num_steps), actions,
+                                   answer_len).mean()
+            loss = sequence_loss(policy, params, prompts, actions, answer_len)
+            return {"loss": loss[None], "train_accuracy": accuracy[None]}
+
+        before = _measure(params)  # row 0: the untrained model
+        (params, _), metrics = jax.lax.scan(_block, (params, opt_state),
+                                            jax.random.split(key, cfg.steps // log_every))
+        return params, {k: jnp.concatenate([before[k], metrics[k]]) for k in metrics}
+
+    return train
+
+
+# --------------------------------------------------------------------------- checkpoints
+def save_checkpoint(path: Path, params, meta: dict) -> None:
+    """``path/params.msgpack`` + ``path/meta.json``, written to a temp dir then renamed (atomic)."""
+    from flax import serialization
+
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    (tmp / "params.msgpack").write_bytes(serialization.to_bytes(params))
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(tmp, path)
+
+
+def _checkpoint_path(path: str) -> Path:
+    p = Path(path)
+    if (p / "checkpoint" / "meta.json").is_file():
+        return p / "checkpoint"
+    if (p / "meta.json").is_file():
+        return p
+    raise ConfigError(f"config key 'init_from' = {path!r} is invalid: must be an SFT run dir or its "
+                      "checkpoint dir (python -m purejaxrl_opt.sft writes <run dir>/checkpoint/)")
+
+
+NETWORK_KEYS = ("kind", "d_model", "num_layers", "num_heads", "mlp_ratio")
+
+
+def load_policy(path: str, net: NetworkConfig, spec) -> Any:
+    """Policy params of an SFT checkpoint, after checking it fits this run (ConfigError otherwise)."""
+    import jax
+    import numpy as np
+    from flax import serialization
+
+    from purejaxrl_opt.policies import make_policy
+
+    if spec.vocab is None:
+        raise ConfigError(f"config key 'init_from' needs a token env; {spec.env_id} is not one")
+    ckpt = _checkpoint_path(path)
+    meta = json.loads((ckpt / "meta.json").read_text())
+    if meta.get("kind") != CHECKPOINT_KIND:
+        raise ConfigError(f"config key 'init_from' = {path!r}: not an SFT policy checkpoint "
+                          f"(kind {meta.get('kind')!r})")
+    diffs = [f"network.{k}: checkpoint has {meta['network'].get(k)!r}, this run has {getattr(net, k)!r}"
+             for k in NETWORK_KEYS if meta["network"].get(k) != getattr(net, k)]
+    if diffs:
+        raise ConfigError(f"config key 'init_from' = {path!r}: the checkpoint is another architecture: "
+                          + "; ".join(diffs))
+    if tuple(meta["vocab"]) != tuple(spec.vocab):
+        raise ConfigError(f"config key 'init_from' = {path!r}: vocabulary mismatch: checkpoint "
+                          f"{meta['vocab']}, env {spec.env_id} {list(spec.vocab)}")
+    if meta["max_len"] != spec.obs_shape[0] or meta["num_actions"] != spec.num_actions:
+        raise ConfigError(f"config key 'init_from' = {path!r}: the checkpoint has token buffer "
+                          f"max_len={meta['max_len']} and {meta['num_actions']} actions; env "
+                          f"{spec.env_id} has max_len={spec.obs_shape[0]} (env.params.max_len) and "
+                          f"{spec.num_actions}")
+    policy = make_policy(spec, net)
+    template = jax.eval_shape(policy.init, jax.random.PRNGKey(0))
+    target = jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), template)
+    params = serialization.from_bytes(target, (ckpt / "params.msgpack").read_bytes())
+    for want, got in zip(jax.tree_util.tree_leaves(target), jax.tree_util.tree_leaves(params)):
+        if np.shape(want) != np.shape(got):
+            raise ConfigError(f"config key 'init_from' = {path!r}: parameter shapes differ from this "
+                              "run's network")
+    return jax.tree_util.tree_map(jax.numpy.asarray, params)
+
+
+# --------------------------------------------------------------------------- the run
+def run_sft(env_cfg: EnvConfig, net: NetworkConfig, cfg: SFTConfig, seed: int, out_dir: str | Path,
+            log=print) -> dict:
+    """Validate, train, evaluate and write the run dir; returns the summary."""
+    import jax
+    import numpy as np
+
+    from purejaxrl_opt import envs, rollout
+    from purejaxrl_opt.distributions import Categorical
+    from purejaxrl_opt.policies import make_policy
+    from purejaxrl_opt.runner import write_json_atomic
+
+    cfg.validate()
+    env_cfg.validate("env")
+    net.validate("network")
+    env, env_params, spec = envs.make(env_cfg.id, dict(env_cfg.params))
+    if spec.vocab is None:
+        raise ConfigError(f"config key 'env.id' = {env_cfg.id!r} is invalid for SFT: must be a token env")
+    if net.kind != "transformer":
+        raise ConfigError(f"config key 'network.kind' = {net.kind!r} is invalid for SFT: must be "
+                          "'transformer'")
+    policy = make_policy(spec, net)
+    prompts, actions, answer_len = make_dataset(env_cfg, cfg, seed)
+    log_every = max(1, min(50, cfg.steps))
+    if cfg.steps % log_every:
+        raise ConfigError(f"config key 'sft.steps' = {cfg.steps} is invalid: must be a multiple of "
+                          f"{log_every}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log(f"sft | env {env_cfg.id} | {cfg.num_examples} examples | {cfg.steps} steps x batch "
+        f"{cfg.batch_size} | device {jax.devices()[0].platform}")
+    train = jax.jit(make_sft_train(policy, prompts, actions, answer_len, cfg, log_every))
+    key = jax.random.PRNGKey(seed)
+    start = time.perf_counter()
+    compiled = train.lower(key).compile()
+    compile_s = time.perf_counter() - start
+    start = time.perf_counter()
+    params, metrics = jax.block_until_ready(compiled(key))
+    train_s = time.perf_counter() - start
+    eval_params = envs.eval_params(spec, env_params)
+
+    @jax.jit
+    def held_out(params, key):
+        return rollout.group_rollout(env, eval_params, spec, Categorical(), policy, params, None, key,
+                                     cfg.eval_prompts, 1, spec.max_steps, False, greedy=True)
+
+    batch = held_out(params, jax.random.PRNGKey(seed + 1))
+    test_accuracy = float(np.asarray(batch.correct).mean())
+    metrics = {k: np.asarray(v) for k, v in metrics.items()}
+    meta = {"kind": CHECKPOINT_KIND, "env_id": env_cfg.id, "env_params": dict(env_cfg.params),
+            "network": {k: getattr(net, k) for k in NETWORK_KEYS}, "vocab": list(spec.vocab),
+            "max_len": spec.obs_shape[0], "num_actions": spec.num_actions,
+            "sft": dataclasses.asdict(cfg), "seed": seed}
+    save_checkpoint(out_dir / "checkpoint", params, meta)
+    from purejaxrl_opt.token_envs import decode
+
+    obs, acts, correct = (np.asarray(batch.obs[0]), np.asarray(batch.action.T),
+                          np.asarray(batch.correct))
+    lines = [f"{decode(obs[i])} {decode(acts[i][:int(batch.lengths[i])] + 1)}  "
+             f"[{'correct' if correct[i] else 'wrong'}]" for i in range(min(cfg.examples, len(obs)))]
+    (out_dir / "examples.txt").write_text("# held-out prompts, greedy answers\n" + "\n".join(lines) + "\n")
+    with open(out_dir / "metrics.csv", "w") as f:
+        f.write("step,loss,train_accuracy\n")
+        for i in range(len(metrics["loss"])):
+            f.write(f"{i * log_every},{metrics['loss'][i]:.6g},{metrics['train_accuracy'][i]:.6g}\n")
+    summary = {"env": env_cfg.id, "examples": cfg.num_examples, "steps": cfg.steps,
+               "final_loss": float(metrics["loss"][-1]),
+               "train_accuracy": float(metrics["train_accuracy"][-1]),
+               "eval_accuracy": test_accuracy, "eval_prompts": cfg.eval_prompts,
+               "compile_seconds": compile_s, "train_seconds": train_s,
+               "num_params": int(sum(np.size(x) for x in jax.tree_util.tree_leaves(params))),
+               "checkpoint": str(out_dir / "checkpoint")}
+    write_json_atomic(out_dir / "summary.json", summary)
+    log(f"sft | compile {compile_s:.1f} s | train {train_s:.1f} s | loss {summary['final_loss']:.4f} | "
+        f"train accuracy {summary['train_accuracy']:.3f} | held-out greedy accuracy {test_accuracy:.3f}")
+    log(f"sft | checkpoint: {out_dir / 'checkpoint'}")
+    return summary
+
+
+def config_from_hydra(cfg) -> tuple[EnvConfig, NetworkConfig, SFTConfig, int]:
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.to_container(cfg, resolve=True)
+    allowed = {"env", "network", "sft", "seed", "hydra"}
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise ConfigError(f"unknown config key '{unknown[0]}'; allowed top-level keys: {sorted(allowed)}")
+    env_cfg = build_section(EnvConfig, raw["env"], "env")
+    net = build_section(NetworkConfig, raw.get("network", {}), "network")
+    sft_cfg = build_section(SFTConfig, raw.get("sft", {}), "sft")
+    seed = raw.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ConfigError(f"config key 'seed' = {seed!r} is invalid: must be an int >= 0")
+    return env_cfg, net, sft_cfg, seed
+
+
+def _main():
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+
+    @hydra.main(version_base=None, config_path="../conf", config_name="sft")
+    def main(cfg) -> float:
+        import logging
+
+        logging.getLogger("jax").setLevel(logging.WARNING)
+        try:
+            env_cfg, net, sft_cfg, seed = config_from_hydra(cfg)
+            summary = run_sft(env_cfg, net, sft_cfg, seed, HydraConfig.get().runtime.output_dir)
+        except ConfigError as error:
+            print(f"purejaxrl_opt: configuration error: {error}", file=sys.stderr)
+            sys.exit(2)
+        return summary["eval_accuracy"]
+
+    main()
+
+
+if __name__ == "__main__":
+    from purejaxrl_opt.train import _default_xla_flags  # noqa: F401  (sets CPU compile flags)
+
+    _main()

@@ -1,0 +1,163 @@
+"""Token envs end to end: the policy's three paths agree, SFT learns, GRPO/PPO improve on it, bad input
+fails before compiling."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from purejaxrl_opt import envs, rollout, runner, sft
+from purejaxrl_opt.algos import make_algorithm
+from purejaxrl_opt.config import ConfigError, EnvConfig, GRPOConfig, NetworkConfig, PPOConfig, RunConfig, \
+    TRPOConfig
+from purejaxrl_opt.distributions import Categorical
+from purejaxrl_opt.policies import episode_tokens, make_policy
+
+NET = NetworkConfig(kind="transformer", d_model=32, num_layers=1, num_heads=2, mlp_ratio=2)
+ONE_DIGIT = {"min_digits": 1, "max_digits": 1}
+
+
+def token_run(algo, env_params=None, **kwargs) -> RunConfig:
+    run = RunConfig(algo=algo, env=EnvConfig(id="Addition-v0", params=env_params or dict(ONE_DIGIT)),
+                    network=kwargs.pop("network", NET), **kwargs)
+    run.validate()
+    return run
+
+
+# --------------------------------------------------------------------------- the policy's paths
+def test_cached_acting_episode_rescoring_and_stepwise_apply_agree():
+    """Log-probs of sampled answers: the rollout's (cached decode) = the loss's (one teacher-forced
+    pass per answer) = the per-step re-encoding path, for a random transformer."""
+    env, env_params, spec = envs.make("Addition-v0", {})
+    policy = make_policy(spec, NET)
+    params = policy.init(jax.random.PRNGKey(1))
+    dist = Categorical()
+
+    @jax.jit
+    def paths(key):
+        batch = rollout.group_rollout(env, env_params, spec, dist, policy, params, None, key, 6, 4,
+                                      spec.max_steps, True)
+        obs, action = jnp.swapaxes(batch.obs, 0, 1), batch.action.T
+        rescored = dist.log_prob(policy.episode_apply(params, obs, action), action)
+        stepwise = dist.log_prob(policy.apply(params, obs), action)
+        return batch.log_prob.T, rescored, stepwise, batch.mask.T
+
+    cached, rescored, stepwise, mask = map(np.asarray, paths(jax.random.PRNGKey(0)))
+    assert mask.all(axis=1).any() and (~mask).any()  # some answers stop early (random policy)
+    np.testing.assert_allclose(np.where(mask, rescored, 0), np.where(mask, cached, 0), atol=2e-5)
+    np.testing.assert_allclose(np.where(mask, stepwise, 0), np.where(mask, cached, 0), atol=2e-5)
+
+
+def test_episode_tokens_places_actions_after_the_prompt():
+    prompt = jnp.asarray([[4, 12, 5, 13, 0, 0, 0], [3, 13, 0, 0, 0, 0, 0]])  # "2+3=", "1="
+    obs = jnp.broadcast_to(prompt[:, None], (2, 3, 7))
+    action = jnp.asarray([[3, 0, 7], [1, 2, 0]])  # tokens 4, 1, 8 / 2, 3, 1
+    tokens, positions = episode_tokens(obs, action)
+    np.testing.assert_array_equal(tokens, [[4, 12, 5, 13, 4, 1, 8], [3, 13, 2, 3, 1, 0, 0]])
+    np.testing.assert_array_equal(positions, [[3, 4, 5], [1, 2, 3]])
+
+
+# --------------------------------------------------------------------------- SFT
+@pytest.fixture(scope="module")
+def sft_run(tmp_path_factory):
+    """A tiny SFT run: 1-digit addition (100 prompts), 48 examples, a 1-layer transformer."""
+    out = tmp_path_factory.mktemp("sft")
+    cfg = sft.SFTConfig(num_examples=48, steps=300, batch_size=32, lr=3e-3, eval_prompts=64)
+    env_cfg = EnvConfig(id="Addition-v0", params=dict(ONE_DIGIT))
+    summary = sft.run_sft(env_cfg, NET, cfg, seed=0, out_dir=out, log=lambda *_: None)
+    return out, summary
+
+
+def test_sft_loss_falls_and_training_accuracy_rises(sft_run):
+    out, summary = sft_run
+    rows = np.genfromtxt(out / "metrics.csv", delimiter=",", names=True)
+    assert rows["loss"][-1] < 0.5 * rows["loss"][0]
+    assert rows["train_accuracy"][0] < 0.3 and summary["train_accuracy"] > 0.8
+    assert (out / "checkpoint" / "params.msgpack").is_file() and (out / "examples.txt").is_file()
+    meta = json.loads((out / "checkpoint" / "meta.json").read_text())
+    assert meta["vocab"] == list(envs.make("Addition-v0", {})[2].vocab)
+
+
+def test_init_from_loads_the_sft_policy_as_policy_and_reference(sft_run):
+    out, _ = sft_run
+    run = token_run(GRPOConfig(num_groups=2, group_size=2, num_minibatches=1), init_from=str(out),
+                    total_timesteps=64)
+    algo = make_algorithm(run)
+    state = algo.init(jax.random.PRNGKey(0), algo.default_hparams())
+    loaded = sft.load_policy(str(out), NET, algo.spec)
+    for a, b, c in zip(*(jax.tree_util.tree_leaves(t) for t in (state.params["actor"], state.ref_params,
+                                                                  loaded))):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, c)
+
+
+# --------------------------------------------------------------------------- RL from the SFT start
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_rl_raises_accuracy_above_the_sft_start(sft_run, algo, tmp_path):
+    """From the tiny SFT model (held-out accuracy well below 1 on 1-digit addition), a short RL run
+    lifts the held-out greedy accuracy above the start (final summary vs. the SFT summary)."""
+    out, summary = sft_run
+    start = summary["eval_accuracy"]
+    assert start < 0.9
+    if algo == "grpo":
+        cfg = GRPOConfig(num_groups=16, group_size=8, update_epochs=2, num_minibatches=2, lr=1e-3,
+                         beta=0.0)
+    else:
+        cfg = PPOConfig(num_envs=128, num_steps=3, update_epochs=2, num_minibatches=2, lr=1e-3,
+                        gamma=1.0, ent_coef=0.0, anneal_lr=False)
+    budget = 60_000 if algo == "grpo" else 120_000  # the critic (from scratch) needs a while
+    run = token_run(cfg, init_from=str(out), total_timesteps=budget, eval_episodes=200, seed=1,
+                    eval_every=10)
+    result = runner.execute(run, tmp_path, loggers=(), num_chunks=1)
+    assert result.summary["eval_accuracy"] > start + 0.1, (start, result.summary["eval_accuracy"])
+    # the periodic evaluation: every 10th update, NaN in between; examples in the run dir
+    accuracy = np.asarray(result.loop.metrics["eval_accuracy"])[0]
+    evaluated = (np.arange(accuracy.size) + 1) % 10 == 0
+    assert np.isfinite(accuracy[evaluated]).all() and np.isnan(accuracy[~evaluated]).all()
+    assert np.all((accuracy[evaluated] >= 0) & (accuracy[evaluated] <= 1))
+    examples = (tmp_path / "examples.txt").read_text().splitlines()
+    assert len(examples) > 10 and "=" in examples[1] and ("[correct]" in examples[1] or "[wrong]" in examples[1])
+
+
+# --------------------------------------------------------------------------- bad input
+def test_prompt_longer_than_the_buffer_fails_before_compiling():
+    run = token_run(GRPOConfig(), env_params={"min_digits": 2, "max_digits": 2, "max_len": 6})
+    with pytest.raises(ConfigError, match="env.params.max_len"):
+        make_algorithm(run)
+
+
+def test_transformer_needs_a_token_env_and_trpo_refuses_token_envs():
+    run = RunConfig(algo=PPOConfig(), env=EnvConfig(id="CartPole-v1"), network=NET)
+    with pytest.raises(ConfigError, match="network.kind"):
+        make_algorithm(run)
+    with pytest.raises(ConfigError, match="algo.name"):
+        make_algorithm(token_run(TRPOConfig()))
+    with pytest.raises(ConfigError, match="ppo.num_steps"):
+        make_algorithm(token_run(PPOConfig(num_steps=8)))
+
+
+def test_init_from_refuses_other_architectures_vocabularies_and_buffers(sft_run, tmp_path):
+    out, _ = sft_run
+    other_net = NetworkConfig(kind="transformer", d_model=64, num_layers=1, num_heads=2, mlp_ratio=2)
+    with pytest.raises(ConfigError, match="network.d_model: checkpoint has 32, this run has 64"):
+        make_algorithm(token_run(GRPOConfig(), network=other_net, init_from=str(out)))
+    with pytest.raises(ConfigError, match="max_len"):  # 2-digit prompts: a longer buffer
+        make_algorithm(token_run(GRPOConfig(), env_params={"min_digits": 2, "max_digits": 2},
+                                 init_from=str(out)))
+    edited = tmp_path / "edited"
+    shutil.copytree(out / "checkpoint", edited)
+    meta = json.loads((edited / "meta.json").read_text())
+    meta["vocab"] = meta["vocab"][:-1] + ["*"]
+    (edited / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match="vocabulary mismatch"):
+        make_algorithm(token_run(GRPOConfig(), init_from=str(edited)))
+    with pytest.raises(ConfigError, match="init_from"):
+        make_algorithm(token_run(GRPOConfig(), init_from=str(tmp_path / "missing")))
+    with pytest.raises(ConfigError, match="init_from"):
+        make_algorithm(RunConfig(algo=GRPOConfig(), env=EnvConfig(id="CartPole-v1"),
+                                 init_from=str(out)))
