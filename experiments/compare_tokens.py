@@ -13,7 +13,8 @@ Steps (each a CLI run into ``--out``; a run whose ``summary.json`` exists is reu
 3. Table (Markdown + JSON) and a PNG of held-out greedy accuracy against env steps and against
    wall-clock seconds: final greedy/sampled accuracy (mean and per seed), seconds until the seed-mean
    accuracy first reached 0.9, the final KL to the reference (k3, mean of the last 10% of updates),
-   parameter count, peak memory (XLA's accounting of the compiled update, and the process's max RSS),
+   parameter count, memory (XLA's accounting of the compiled update: arguments + outputs +
+   temporaries; and the process's max RSS),
    env steps/s. Figures from runs on a shared machine: compare them within one invocation.
 """
 
@@ -85,6 +86,17 @@ def curves(run_dir: Path, summary: dict):
         np.array([a.max() for a in acc])
 
 
+def update_bytes(memory: dict):
+    """XLA's arguments + outputs + temporaries of the compiled update (runs from before the field
+    existed recorded XLA's peak_memory_in_bytes, arguments + outputs to within a few KB, as
+    ``update_peak_bytes`` and the temporaries separately)."""
+    if "update_total_bytes" in memory:
+        return memory["update_total_bytes"]
+    if "update_peak_bytes" in memory:
+        return memory["update_peak_bytes"] + memory.get("update_temp_bytes", 0)
+    return None
+
+
 def last_fraction_mean(run_dir: Path, column: str, fraction: float = 0.1) -> float:
     rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
     num_updates = max(int(r["update"]) for r in rows) + 1
@@ -124,7 +136,7 @@ def main() -> None:
             f"env_steps_to_{args.target}": float(steps[reached[0]]) if reached.size else None,
             "kl_ref_final": last_fraction_mean(run_dir, "kl_ref"),
             "num_params": summary["num_params"],
-            "update_peak_bytes": summary.get("memory", {}).get("update_peak_bytes"),
+            "update_total_bytes": update_bytes(summary.get("memory", {})),
             "process_max_rss_bytes": summary.get("memory", {}).get("process_max_rss_bytes"),
             "env_steps_per_second": summary["env_steps_per_second"],
             "run_seconds": summary["run_seconds"],
@@ -153,14 +165,14 @@ def main() -> None:
              f"({sft_summary['examples']} examples; training-prompt accuracy "
              f"{sft_summary['train_accuracy']:.3f})", "",
              f"| method | greedy acc (mean; per seed) | sampled acc | s to {args.target} | "
-             "KL to ref (k3, last 10%) | params | update peak MiB | max RSS MiB | env steps/s | run s |",
+             "KL to ref (k3, last 10%) | params | update MiB (XLA) | max RSS MiB | env steps/s | run s |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         to_target = r[f"seconds_to_{args.target}"]
         lines.append(
             f"| {name} | {r['eval_accuracy']:.3f} ({', '.join(f'{a:.3f}' for a in r['eval_accuracy_per_seed'])}) "
             f"| {r['eval_accuracy_sampled']:.3f} | {'not reached' if to_target is None else f'{to_target:.0f}'} "
-            f"| {r['kl_ref_final']:.3f} | {r['num_params']:,} | {mb(r['update_peak_bytes'])} "
+            f"| {r['kl_ref_final']:.3f} | {r['num_params']:,} | {mb(r['update_total_bytes'])} "
             f"| {mb(r['process_max_rss_bytes'])} | {r['env_steps_per_second']:,.0f} | {r['run_seconds']:.0f} |")
     text = "\n".join(lines) + "\n"
     (RESULTS / "compare_tokens.md").write_text(text)

@@ -287,18 +287,20 @@ def execute(run: RunConfig, out_dir: str | os.PathLike, loggers=(), num_chunks: 
 
 
 def memory_report(compiled: Compiled) -> dict:
-    """Memory of the compiled update function (XLA's own accounting: arguments + outputs + temporaries,
-    all lanes) and the process's peak resident set size so far, in bytes."""
+    """Memory of the compiled update function by XLA's own accounting (all lanes; ``update_total_bytes``
+    = arguments + outputs + temporaries - aliased, an upper bound of what it holds live at once) and
+    the process's peak resident set size so far, in bytes."""
     import resource
 
     report = {}
     try:
         stats = compiled.updates.memory_analysis()
-        peak = getattr(stats, "peak_memory_in_bytes", None)
-        report["update_peak_bytes"] = int(peak if peak is not None else
-                                          stats.argument_size_in_bytes + stats.output_size_in_bytes
-                                          + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
-        report["update_temp_bytes"] = int(stats.temp_size_in_bytes)
+        report.update(update_argument_bytes=int(stats.argument_size_in_bytes),
+                      update_output_bytes=int(stats.output_size_in_bytes),
+                      update_temp_bytes=int(stats.temp_size_in_bytes),
+                      update_alias_bytes=int(stats.alias_size_in_bytes))
+        report["update_total_bytes"] = (report["update_argument_bytes"] + report["update_output_bytes"]
+                                        + report["update_temp_bytes"] - report["update_alias_bytes"])
     except Exception:  # noqa: BLE001 - not every backend reports it
         pass
     scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux

@@ -161,3 +161,22 @@ def test_init_from_refuses_other_architectures_vocabularies_and_buffers(sft_run,
     with pytest.raises(ConfigError, match="init_from"):
         make_algorithm(RunConfig(algo=GRPOConfig(), env=EnvConfig(id="CartPole-v1"),
                                  init_from=str(out)))
+
+
+@pytest.mark.parametrize("module, overrides, message", [
+    ("sft", ["+sft.bogus=1"], "unknown config key 'sft.bogus'"),
+    ("sft", ["sft.num_examples=0"], "'sft.num_examples' = 0"),
+    ("sft", ["env=CartPole-v1"], "must be a token env"),
+    ("train", ["algo=grpo", "env=Addition-v0", "env.params.max_len=5"], "'env.params.max_len' = 5"),
+    ("train", ["algo=grpo", "env=Addition-v0", "init_from=/nonexistent"], "'init_from'"),
+])
+def test_cli_bad_token_input_fails_before_compiling(module, overrides, message, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", f"purejaxrl_opt.{module}", *overrides,
+                           f"hydra.run.dir={out}"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert message in proc.stderr
+    assert not (out / "summary.json").exists() and not (out / "checkpoint").exists()
