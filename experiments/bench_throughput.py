@@ -5,8 +5,11 @@ For one env and batch shape it measures env steps/s of
   (b) acting only: the rollout of training itself (actor forward + sampling + log-probs + env step +
       episode stats + the stored batch of transitions, all of which training uses),
   (c) full training with the given algorithm(s) (rollout + GAE + updates + metrics),
-each timed over the same number of env steps after compiling, median of ``--repeats`` runs, and prints
-and writes (JSON) the rates and the ratios c/a and c/b. Ratios are what to compare across machines.
+each timed over the same number of env steps after compiling, in ``--repeats`` interleaved rounds
+(median per measurement), and prints and writes (JSON) the rates and the ratios c/a and c/b. Ratios
+are what to compare across machines. Also: (b0) acting whose batch is thrown away (XLA then drops the
+stored transitions and log-probs: no training runs that loop), (b') acting with a critic forward per
+step (what most JAX PPO code does), and with ``--data N`` training data parallel over N devices.
 
     python experiments/bench_throughput.py --env CartPole-v1 --num-envs 4 1024 --algos ppo trpo
 """
@@ -44,15 +47,19 @@ from purejaxrl_opt.networks import Critic  # noqa: E402
 from purejaxrl_opt.runner import lane_hparams, lane_keys  # noqa: E402
 
 
-def _time(fn, repeats: int) -> float:
-    """Median wall seconds of ``fn()`` (which must block) over ``repeats`` calls, after one warm-up."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+def _interleaved_rates(fns: dict, repeats: int) -> dict:
+    """Env steps/s of each blocking ``fn() -> env steps`` in ``fns``: one warm-up each, then
+    ``repeats`` rounds that time every fn once (a, b, c, a, b, c, ...), median per fn. Interleaving
+    makes slow spells of a shared machine hit every measurement alike, so the ratios hold."""
+    for fn in fns.values():
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    samples = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            steps = fn()
+            samples[name].append(steps / (time.perf_counter() - start))
+    return {name: statistics.median(rates) for name, rates in samples.items()}
 
 
 def _batch_checksum(batch) -> jnp.ndarray:
@@ -60,9 +67,10 @@ def _batch_checksum(batch) -> jnp.ndarray:
     return sum(jnp.sum(x.astype(jnp.float32)) for x in jax.tree_util.tree_leaves(batch))
 
 
-def data_parallel_rate(run: RunConfig, env_tuple, keys, data: int, repeats: int) -> float:
-    """Env steps/s of training one agent data parallel over ``data`` local devices (the runner's
-    shard_map path: envs split over the devices, gradients pmean-ed every minibatch)."""
+def data_parallel_fn(run: RunConfig, env_tuple, keys, data: int):
+    """A blocking callable that trains one agent data parallel over ``data`` local devices (the
+    runner's shard_map path: envs split over the devices, gradients pmean-ed every minibatch) and
+    returns the env steps it ran."""
     from purejaxrl_opt import parallel
     from purejaxrl_opt.runner import Compiled
 
@@ -74,14 +82,12 @@ def data_parallel_rate(run: RunConfig, env_tuple, keys, data: int, repeats: int)
     compiled = Compiled(algo, keys, hparams, layout, data_algo)
     keys, hparams = compiled.place_inputs(keys, hparams)
     start_loop = compiled.init(keys, hparams)
-    measured = {}
 
     def _train():
         loop = compiled.updates(start_loop, jnp.int32(0), jnp.int32(algo.num_updates))
-        measured["n"] = float(jax.device_get(loop.env_steps).sum())
+        return float(jax.device_get(loop.env_steps).sum())
 
-    seconds = _time(_train, repeats)
-    return measured["n"] / seconds
+    return _train
 
 
 def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, lanes: int,
@@ -111,7 +117,10 @@ def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, la
         return rewards.sum()
 
     random_fn = jax.jit(jax.vmap(_random))
-    result["random_steps_per_s"] = steps / _time(lambda: random_fn(keys).block_until_ready(), repeats)
+    def _blocking(fn, *args):
+        return lambda: (jax.block_until_ready(fn(*args)), steps)[1]
+
+    fns = {"random": _blocking(random_fn, keys)}
 
     # (b) acting only: the training rollout without any learning
     run = RunConfig(algo=ALGO_CONFIGS["ppo"](num_envs=num_envs, num_steps=num_steps),
@@ -120,22 +129,25 @@ def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, la
     hparams = lane_hparams(ppo, lanes)
     loops = jax.jit(jax.vmap(partial(init_loop, ppo)))(keys, hparams)
 
-    def _act(loop):
+    def _act(loop, use_batch: bool):
         state = loop.algo_state
 
         def _body(carry, key):
             carry, batch, stats = rollout.collect(env, env_params, spec, ppo.dist, ppo.actor_fn,
                                                   state.params["actor"], state.obs_norm, carry, key,
                                                   num_steps)
-            # use every field of the batch, as training does: otherwise XLA drops the log-probs
-            # and the stored transitions, and this would time less than the rollout of training
-            return carry, stats.return_sum + _batch_checksum(batch)
+            # (b) uses every field of the batch, as training does; (b0) only the episode
+            # statistics, so XLA drops the log-probs and the stored transitions: a loop no training
+            # runs, reported to show what storing the batch costs
+            return carry, stats.return_sum + (_batch_checksum(batch) if use_batch else 0.0)
 
         _, sums = jax.lax.scan(_body, state.env, jax.random.split(state.key, num_updates))
         return sums.sum()
 
-    act_fn = jax.jit(jax.vmap(_act))
-    result["acting_steps_per_s"] = steps / _time(lambda: act_fn(loops).block_until_ready(), repeats)
+    act_fn = jax.jit(jax.vmap(partial(_act, use_batch=True)))
+    act_lean_fn = jax.jit(jax.vmap(partial(_act, use_batch=False)))
+    fns["acting"] = _blocking(act_fn, loops)
+    fns["acting_unused"] = _blocking(act_lean_fn, loops)
 
     # (b') acting as most JAX PPO code does it: actor *and* critic forward every env step. Not what
     # our rollout does (values are computed once per batch afterwards); reported only so that our
@@ -165,8 +177,7 @@ def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, la
         return sums.sum()
 
     act_critic_fn = jax.jit(jax.vmap(_act_with_critic))
-    result["acting_with_critic_steps_per_s"] = steps / _time(
-        lambda: act_critic_fn(loops).block_until_ready(), repeats)
+    fns["acting_with_critic"] = _blocking(act_critic_fn, loops)
 
     # (c) training, per algorithm, same rollout shape
     for name in algo_names:
@@ -178,22 +189,24 @@ def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, la
         init = jax.jit(jax.vmap(partial(init_loop, algo)))
         train = jax.jit(jax.vmap(partial(run_updates, algo), in_axes=(0, None, None)))
         start_loop = init(keys, hparams)
-        measured_steps = {}
 
-        def _train():
+        def _train(train=train, start_loop=start_loop, algo=algo):
             loop = train(start_loop, jnp.int32(0), jnp.int32(algo.num_updates))
-            measured_steps["n"] = float(loop.env_steps.sum())
+            return float(loop.env_steps.sum())
 
-        seconds = _time(_train, repeats)
-        rate = measured_steps["n"] / seconds
+        fns[name] = _train
+        if data > 1 and name in algos.DATA_PARALLEL and num_envs % data == 0:
+            fns[f"{name}_data{data}"] = data_parallel_fn(run, (env, env_params, spec), keys, data)
+
+    rates = _interleaved_rates(fns, repeats)
+    for name in ("random", "acting", "acting_unused", "acting_with_critic"):
+        result[f"{name}_steps_per_s"] = rates.pop(name)
+    for name, rate in rates.items():
         result[f"{name}_steps_per_s"] = rate
         result[f"{name}_over_random"] = rate / result["random_steps_per_s"]
         result[f"{name}_over_acting"] = rate / result["acting_steps_per_s"]
         result[f"{name}_over_acting_with_critic"] = rate / result["acting_with_critic_steps_per_s"]
-        if data > 1 and name in algos.DATA_PARALLEL and num_envs % data == 0:
-            rate = data_parallel_rate(run, (env, env_params, spec), keys, data, repeats)
-            result[f"{name}_data{data}_steps_per_s"] = rate
-            result[f"{name}_data{data}_over_acting"] = rate / result["acting_steps_per_s"]
+        result[f"{name}_over_acting_unused"] = rate / result["acting_unused_steps_per_s"]
     return result
 
 
@@ -220,15 +233,16 @@ def main() -> None:
                           args.repeats, args.data)
         results.append(res)
         line = (f"{args.env} envs={num_envs} steps={args.num_steps} lanes={args.lanes}: "
-                f"random {res['random_steps_per_s']:,.0f}/s  acting {res['acting_steps_per_s']:,.0f}/s"
-                f"  acting+critic {res['acting_with_critic_steps_per_s']:,.0f}/s")
-        for name in args.algos:
-            line += (f"  {name} {res[f'{name}_steps_per_s']:,.0f}/s (c/a {res[f'{name}_over_random']:.3f},"
-                     f" c/b {res[f'{name}_over_acting']:.3f},"
-                     f" c/b' {res[f'{name}_over_acting_with_critic']:.3f})")
-            if f"{name}_data{args.data}_steps_per_s" in res:
-                line += (f"  {name} data={args.data} {res[f'{name}_data{args.data}_steps_per_s']:,.0f}/s"
-                         f" (c/b {res[f'{name}_data{args.data}_over_acting']:.3f})")
+                f"(a) random {res['random_steps_per_s']:,.0f}/s  (b) acting {res['acting_steps_per_s']:,.0f}/s"
+                f"  (b0) acting, batch unused {res['acting_unused_steps_per_s']:,.0f}/s"
+                f"  (b') acting+critic {res['acting_with_critic_steps_per_s']:,.0f}/s")
+        trained = [k[:-len("_steps_per_s")] for k in res if k.endswith("_steps_per_s")
+                   and k[:-len("_steps_per_s")] not in ("random", "acting", "acting_unused",
+                                                          "acting_with_critic")]
+        for name in trained:
+            line += (f"\n  (c) {name} {res[f'{name}_steps_per_s']:,.0f}/s: c/a {res[f'{name}_over_random']:.3f}"
+                     f"  c/b {res[f'{name}_over_acting']:.3f}  c/b0 {res[f'{name}_over_acting_unused']:.3f}"
+                     f"  c/b' {res[f'{name}_over_acting_with_critic']:.3f}")
         print(line, flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
