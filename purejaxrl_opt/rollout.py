@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from purejaxrl_opt import envs
 from purejaxrl_opt.distributions import Distribution
 from purejaxrl_opt.envs import EnvSpec, ObsNormState
+from purejaxrl_opt.policies import as_policy
 
 ActorFn = Callable[[Any, jnp.ndarray], dict]  # (actor_params, obs [..., *obs_shape]) -> dist params
 
@@ -219,8 +220,6 @@ def group_rollout(env, env_params, spec: EnvSpec, dist: Distribution, policy, ac
     carry, e.g. a transformer's key/value cache) or a plain ``actor_fn(params, obs)``. ``greedy``
     takes the distribution's mode instead of sampling.
     """
-    from purejaxrl_opt.policies import as_policy
-
     policy = as_policy(policy)
     num_envs = num_groups * group_size
     reset_key, loop_key = jax.random.split(key)

@@ -312,7 +312,7 @@ def token_evaluation(algo: Algorithm, loop: Loop) -> tuple[dict, str]:
     """Held-out accuracy of every lane's final policy (greedy and sampled answers to the same
     ``eval_episodes`` test-split prompts) and a text of example answers (lane 0, greedy)."""
     from purejaxrl_opt.algos.base import token_generations
-    from purejaxrl_opt.token_envs import decode
+    from purejaxrl_opt.token_envs import format_answers
 
     def _lane(loop: Loop):
         actor_params, _ = algo.policy(loop.algo_state)
@@ -329,10 +329,8 @@ def token_evaluation(algo: Algorithm, loop: Loop) -> tuple[dict, str]:
              "eval_accuracy_sampled_per_seed": [float(x) for x in per_lane_sampled],
              "eval_prompts": int(greedy.correct.shape[1]), "eval_split": "test"}
     lines = ["# held-out (test-split) prompts and the greedy answers of lane 0's final policy"]
-    for i in range(min(32, greedy.correct.shape[1])):
-        answer = greedy.action[0, : int(greedy.lengths[0, i]), i] + 1
-        lines.append(f"{decode(greedy.obs[0, 0, i])} {decode(answer)}  "
-                     f"[{'correct' if greedy.correct[0, i] else 'wrong'}]")
+    lines += format_answers(greedy.obs[0, 0], greedy.action[0].T, greedy.lengths[0], greedy.correct[0],
+                            32)
     return stats, "\n".join(lines) + "\n"
 
 

@@ -322,12 +322,9 @@ def run_sft(env_cfg: EnvConfig, net: NetworkConfig, cfg: SFTConfig, seed: int, o
             "max_len": spec.obs_shape[0], "num_actions": spec.num_actions,
             "sft": dataclasses.asdict(cfg), "seed": seed}
     save_checkpoint(out_dir / "checkpoint", params, meta)
-    from purejaxrl_opt.token_envs import decode
+    from purejaxrl_opt.token_envs import format_answers
 
-    obs, acts, correct = (np.asarray(batch.obs[0]), np.asarray(batch.action.T),
-                          np.asarray(batch.correct))
-    lines = [f"{decode(obs[i])} {decode(acts[i][:int(batch.lengths[i])] + 1)}  "
-             f"[{'correct' if correct[i] else 'wrong'}]" for i in range(min(cfg.examples, len(obs)))]
+    lines = format_answers(batch.obs[0], batch.action.T, batch.lengths, batch.correct, cfg.examples)
     (out_dir / "examples.txt").write_text("# held-out prompts, greedy answers\n" + "\n".join(lines) + "\n")
     with open(out_dir / "metrics.csv", "w") as f:
         f.write("step,loss,train_accuracy\n")

@@ -472,3 +472,12 @@ def make(env_id: str, options: Mapping[str, Any] | None = None) -> tuple[TokenEn
                                                   f"incl. <eos>)")
         params = params.replace(max_steps_in_episode=int(m))
     return env, params
+
+
+def format_answers(prompts, actions, lengths, correct, limit: int) -> list[str]:
+    """Host-side lines ``"<prompt> <answer>  [correct|wrong]"`` for the first ``limit`` episodes:
+    ``prompts [E, L]`` token buffers, ``actions [E, T]``, ``lengths [E]`` (answer tokens generated),
+    ``correct [E]``."""
+    prompts, actions, lengths, correct = map(np.asarray, (prompts, actions, lengths, correct))
+    return [f"{decode(prompts[i])} {decode(token_of_action(actions[i, :int(lengths[i])]))}  "
+            f"[{'correct' if correct[i] else 'wrong'}]" for i in range(min(limit, len(prompts)))]

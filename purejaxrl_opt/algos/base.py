@@ -25,7 +25,8 @@ from flax import struct
 from purejaxrl_opt import rollout
 from purejaxrl_opt.config import RunConfig, hyperparameters
 from purejaxrl_opt.distributions import Distribution
-from purejaxrl_opt.envs import EnvSpec
+from purejaxrl_opt.envs import EnvSpec, eval_params
+from purejaxrl_opt.policies import as_policy
 
 Hyperparameters = dict[str, jnp.ndarray]
 
@@ -60,15 +61,11 @@ class Algorithm:
 
     @property
     def acting_policy(self):
-        from purejaxrl_opt.policies import as_policy
-
         return as_policy(self.policy_net if self.policy_net is not None else self.actor_fn)
 
     @property
     def eval_env_params(self):
         """Evaluation env params: held-out prompts on token envs, the training params otherwise."""
-        from purejaxrl_opt.envs import eval_params
-
         return eval_params(self.spec, self.env_params)
 
     @property
@@ -108,6 +105,35 @@ class DataAxis:
     def gather_envs(self, x: jnp.ndarray) -> jnp.ndarray:
         """``[T, N_local, ...]`` -> the global ``[T, N, ...]`` batch in single-device env order."""
         return x if self.name is None else jax.lax.all_gather(x, self.name, axis=1, tiled=True)
+
+
+def minibatch_epochs(grad_fn, optimizer, flat_params, opt_state, batch, num_items: int,
+                     num_minibatches: int, epoch_keys: jax.Array, reduce_grads=lambda g: g,
+                     shuffle_key=lambda k: k):
+    """``len(epoch_keys)`` epochs of Adam steps over ``num_minibatches`` minibatches of ``batch``.
+
+    ``batch``: a pytree of ``[num_items, ...]`` leaves (samples, or whole episodes); every epoch
+    shuffles it with one gather and cuts it into contiguous minibatches. ``grad_fn(flat_params, mb)
+    -> (grads, diagnostics)`` on flat parameters; ``reduce_grads`` (data parallel: a ``pmean``) and
+    ``shuffle_key`` (per-device keys) default to the identity. Returns ``(flat_params, opt_state,
+    diagnostics [epochs, minibatches])``.
+    """
+
+    def _update_minibatch(train, mb):
+        flat_params, opt_state = train
+        grads, diagnostics = grad_fn(flat_params, mb)
+        updates, opt_state = optimizer.update(reduce_grads(grads), opt_state, flat_params)
+        return (flat_params + updates, opt_state), diagnostics
+
+    def _update_epoch(train, epoch_key):
+        order = jax.random.permutation(shuffle_key(epoch_key), num_items)
+        shuffled = jax.tree_util.tree_map(
+            lambda x: x[order].reshape((num_minibatches, -1) + x.shape[1:]), batch)
+        return jax.lax.scan(_update_minibatch, train, shuffled)
+
+    (flat_params, opt_state), diagnostics = jax.lax.scan(_update_epoch, (flat_params, opt_state),
+                                                         epoch_keys)
+    return flat_params, opt_state, diagnostics
 
 
 @struct.dataclass

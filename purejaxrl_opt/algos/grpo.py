@@ -27,7 +27,7 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from purejaxrl_opt import envs, losses, rollout
-from purejaxrl_opt.algos.base import Algorithm
+from purejaxrl_opt.algos.base import Algorithm, minibatch_epochs
 from purejaxrl_opt.algos.ppo import adam
 from purejaxrl_opt.config import ConfigError, GRPOConfig, RunConfig
 from purejaxrl_opt.distributions import for_spec
@@ -307,21 +307,9 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         flat_params, unravel = ravel_pytree(state.params)
         grad_fn = jax.grad(lambda flat, mb: loss_fn(unravel(flat)["actor"], mb, hparams), has_aux=True)
 
-        def _update_minibatch(train, mb: Minibatch):
-            flat_params, opt_state = train
-            grads, diagnostics = grad_fn(flat_params, mb)
-            updates, opt_state = optimizer.update(grads, opt_state, flat_params)
-            return (flat_params + updates, opt_state), diagnostics
-
-        def _update_epoch(train, epoch_key):
-            order = jax.random.permutation(epoch_key, num_episodes)
-            shuffled = jax.tree_util.tree_map(
-                lambda x: x[order].reshape((cfg.num_minibatches, -1) + x.shape[1:]), episodes)
-            return jax.lax.scan(_update_minibatch, train, shuffled)
-
-        (flat_params, opt_state), diagnostics = jax.lax.scan(
-            _update_epoch, (flat_params, state.opt_state),
-            jax.random.split(shuffle_key, cfg.update_epochs))
+        flat_params, opt_state, diagnostics = minibatch_epochs(
+            grad_fn, optimizer, flat_params, state.opt_state, episodes, num_episodes,
+            cfg.num_minibatches, jax.random.split(shuffle_key, cfg.update_epochs))
         params = unravel(flat_params)
 
         ref_params = state.ref_params

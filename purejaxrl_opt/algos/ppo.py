@@ -14,7 +14,7 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from purejaxrl_opt import envs, losses, rollout
-from purejaxrl_opt.algos.base import Algorithm, DataAxis
+from purejaxrl_opt.algos.base import Algorithm, DataAxis, minibatch_epochs
 from purejaxrl_opt.config import PPOConfig, RunConfig
 from purejaxrl_opt.distributions import for_spec
 from purejaxrl_opt.networks import Actor, Critic
@@ -122,24 +122,12 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
         flat_params, unravel = ravel_pytree(state.params)
         grad_fn = jax.grad(lambda flat, mb: loss_fn(unravel(flat), mb, hparams), has_aux=True)
 
-        def _update_minibatch(train, mb: Minibatch):
-            flat_params, opt_state = train
-            grads, diagnostics = grad_fn(flat_params, mb)
-            grads = data.mean(grads)  # equal local minibatch sizes: the gradient of the global mean loss
-            updates, opt_state = optimizer.update(grads, opt_state, flat_params)
-            return (flat_params + updates, opt_state), diagnostics
-
-        def _update_epoch(train, epoch_key):
-            epoch_key = data.device_key(epoch_key)  # every device shuffles its own shard
-            # one gather per epoch; minibatches are then contiguous slices of the shuffled batch
-            order = jax.random.permutation(epoch_key, batch_size)
-            shuffled = jax.tree_util.tree_map(
-                lambda x: x[order].reshape((cfg.num_minibatches, -1) + x.shape[1:]), flat)
-            return jax.lax.scan(_update_minibatch, train, shuffled, unroll=False)
-
-        (flat_params, opt_state), diagnostics = jax.lax.scan(
-            _update_epoch, (flat_params, state.opt_state),
-            jax.random.split(shuffle_key, cfg.update_epochs))
+        # equal local minibatch sizes: the pmean of the gradients is the global mean loss's; every
+        # device shuffles its own shard
+        flat_params, opt_state, diagnostics = minibatch_epochs(
+            grad_fn, optimizer, flat_params, state.opt_state, flat, batch_size, cfg.num_minibatches,
+            jax.random.split(shuffle_key, cfg.update_epochs), reduce_grads=data.mean,
+            shuffle_key=data.device_key)
         params = unravel(flat_params)
 
         obs_norm = None

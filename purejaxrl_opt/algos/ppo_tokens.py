@@ -24,7 +24,7 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from purejaxrl_opt import losses, rollout
-from purejaxrl_opt.algos.base import Algorithm
+from purejaxrl_opt.algos.base import Algorithm, minibatch_epochs
 from purejaxrl_opt.algos.grpo import load_initial_actor, masked_reduce
 from purejaxrl_opt.algos.ppo import adam, annealed
 from purejaxrl_opt.config import ConfigError, PPOConfig, RunConfig
@@ -148,21 +148,9 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         flat_params, unravel = ravel_pytree(state.params)
         grad_fn = jax.grad(lambda flat, mb: loss_fn(unravel(flat), mb, hparams), has_aux=True)
 
-        def _update_minibatch(train, mb: Minibatch):
-            flat_params, opt_state = train
-            grads, diagnostics = grad_fn(flat_params, mb)
-            updates, opt_state = optimizer.update(grads, opt_state, flat_params)
-            return (flat_params + updates, opt_state), diagnostics
-
-        def _update_epoch(train, epoch_key):
-            order = jax.random.permutation(epoch_key, cfg.num_envs)
-            shuffled = jax.tree_util.tree_map(
-                lambda x: x[order].reshape((cfg.num_minibatches, -1) + x.shape[1:]), answers)
-            return jax.lax.scan(_update_minibatch, train, shuffled)
-
-        (flat_params, opt_state), diagnostics = jax.lax.scan(
-            _update_epoch, (flat_params, state.opt_state),
-            jax.random.split(shuffle_key, cfg.update_epochs))
+        flat_params, opt_state, diagnostics = minibatch_epochs(
+            grad_fn, optimizer, flat_params, state.opt_state, answers, cfg.num_envs,
+            cfg.num_minibatches, jax.random.split(shuffle_key, cfg.update_epochs))
         metrics = {k: v.mean() for k, v in diagnostics.items()}
         metrics.update(return_mean=batch.returns.mean(), episode_length=batch.lengths.mean(),
                        episodes=jnp.asarray(cfg.num_envs, jnp.float32), learning_rate=learning_rate,

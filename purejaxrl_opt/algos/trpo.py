@@ -22,7 +22,7 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from purejaxrl_opt import envs, losses, natural_gradient, rollout
-from purejaxrl_opt.algos.base import Algorithm, DataAxis
+from purejaxrl_opt.algos.base import Algorithm, DataAxis, minibatch_epochs
 from purejaxrl_opt.config import RunConfig, TRPOConfig
 from purejaxrl_opt.distributions import for_spec
 from purejaxrl_opt.networks import Actor, Critic
@@ -135,23 +135,17 @@ def make_parts(run: RunConfig, spec, axis_name=None) -> TRPOParts:
         def loss_fn(flat, mb_obs, mb_returns):
             return losses.value_loss(critic.apply(unravel(flat), mb_obs), None, mb_returns).mean()
 
-        grad_fn = jax.value_and_grad(loss_fn)
+        value_and_grad = jax.value_and_grad(loss_fn)
 
-        def _update_minibatch(train, minibatch):
-            flat, opt_state = train
-            loss, grads = grad_fn(flat, *minibatch)
-            grads = pmean(grads)  # equal local minibatch sizes: the gradient of the global mean
-            updates, opt_state = optimizer.update(grads, opt_state, flat)
-            return (flat + updates, opt_state), loss
+        def grad_fn(flat, minibatch):
+            loss, grads = value_and_grad(flat, *minibatch)
+            return grads, loss
 
-        def _update_epoch(train, epoch_key):
-            order = jax.random.permutation(local_key(epoch_key), batch_size)
-            shuffled = jax.tree_util.tree_map(
-                lambda x: x[order].reshape((cfg.critic_minibatches, -1) + x.shape[1:]), (obs, returns))
-            return jax.lax.scan(_update_minibatch, train, shuffled)
-
-        (flat_params, opt_state), loss = jax.lax.scan(
-            _update_epoch, (flat_params, opt_state), jax.random.split(shuffle_key, cfg.critic_epochs))
+        # equal local minibatch sizes: the pmean of the gradients is the global mean loss's
+        flat_params, opt_state, loss = minibatch_epochs(
+            grad_fn, optimizer, flat_params, opt_state, (obs, returns), batch_size,
+            cfg.critic_minibatches, jax.random.split(shuffle_key, cfg.critic_epochs),
+            reduce_grads=pmean, shuffle_key=local_key)
         return unravel(flat_params), opt_state, pmean(loss.mean())
 
     return TRPOParts(actor, critic, dist, policy_problem, policy_step, critic_step)
