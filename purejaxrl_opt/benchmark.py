@@ -349,31 +349,10 @@ def improvement_pairs(results: list[dict], reps: int, level: float, seed: int) -
                 continue
             xs = [np.asarray(by_env[e][x][0]["final_returns"]) for e in envs]
             ys = [np.asarray(by_env[e][y][0]["final_returns"]) for e in envs]
-            ci = _poi_over_tasks(xs, ys, reps, level, seed + len(rows))
+            ci = stats.probability_of_improvement_ci(xs, ys, reps=reps, level=level, seed=seed + len(rows))
             rows.append({"x": x, "y": y, "x_algo": x, "y_algo": y, "envs": envs, "p": ci.value,
                          "ci_low": ci.low, "ci_high": ci.high})
     return rows
-
-
-def _poi_over_tasks(xs: list, ys: list, reps: int, level: float, seed: int):
-    """Tasks may have different numbers of runs: the per-task resampled probabilities (each task's own
-    stratum) are averaged resample by resample."""
-    import numpy as np
-
-    from purejaxrl_opt import stats
-
-    values = np.zeros(reps)
-    point = 0.0
-    for t, (x, y) in enumerate(zip(xs, ys)):
-        rng = np.random.default_rng([seed, t])
-        ix = rng.integers(0, x.size, size=(reps, x.size))
-        iy = rng.integers(0, y.size, size=(reps, y.size))
-        values += stats._poi(x[ix][..., None], y[iy][..., None])
-        point += stats.probability_of_improvement(x, y)
-    values /= len(xs)
-    tail = 100.0 * (1.0 - level) / 2.0
-    low, high = np.percentile(values, [tail, 100.0 - tail])
-    return stats.Interval(point / len(xs), float(low), float(high), level)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ arch, statsmodels, patsy and formulaic for what is a few lines here; the definit
   the runs of X and Y (the Mann-Whitney U statistic over ``n_x n_y``), averaged over tasks; its CI
   resamples the runs of X and of Y independently within each task.
 
-Score arrays are ``[runs]`` (one task) or ``[runs, tasks]``. Every bootstrap takes a ``seed`` and is
+Score arrays are ``[runs]`` (one task) or ``[runs, tasks]``; the probability of improvement also takes
+lists of per-task 1-D arrays with different numbers of runs. Every bootstrap takes a ``seed`` and is
 deterministic given it.
 """
 
@@ -119,42 +120,55 @@ def _statistic(statistic: str | Callable) -> Callable:
     return lambda x: fn(x.reshape(x.shape[0], -1), axis=1)
 
 
-def probability_of_improvement(x, y) -> float:
-    """P(X > Y): on each task, the fraction of pairs (run of X, run of Y) where X's score is higher,
-    ties counting one half (Mann-Whitney U / (n_x n_y)); averaged over tasks. ``x`` is
-    ``[runs_x, tasks]``, ``y`` is ``[runs_y, tasks]`` (or both 1-D: one task)."""
-    x, y = _as_matrix(x), _as_matrix(y)
-    return float(_poi(x[None], y[None])[0])
+def _tasks(scores) -> list[np.ndarray]:
+    """Per-task 1-D arrays of runs from ``[runs]``, ``[runs, tasks]``, or a list of 1-D NumPy
+    arrays (one per task; tasks may then have different numbers of runs)."""
+    if isinstance(scores, (list, tuple)) and scores and all(
+            isinstance(s, np.ndarray) and s.ndim == 1 for s in scores):
+        return [_as_matrix(s)[:, 0] for s in scores]
+    matrix = _as_matrix(scores)
+    return [matrix[:, t] for t in range(matrix.shape[1])]
 
 
 def _poi(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """``x`` [B, n_x, tasks], ``y`` [B, n_y, tasks] -> [B] probability of improvement."""
-    if x.shape[-1] != y.shape[-1]:
-        raise ValueError(f"x has {x.shape[-1]} tasks and y {y.shape[-1]}: they must be the same tasks")
-    diff = x[:, :, None, :] - y[:, None, :, :]  # [B, n_x, n_y, tasks]
-    wins = (diff > 0).mean(axis=(1, 2)) + 0.5 * (diff == 0).mean(axis=(1, 2))
-    return wins.mean(axis=-1)
+    """``x`` [..., n_x], ``y`` [..., n_y] (one task) -> [...] probability that x beats y."""
+    diff = x[..., :, None] - y[..., None, :]
+    return (diff > 0).mean(axis=(-2, -1)) + 0.5 * (diff == 0).mean(axis=(-2, -1))
+
+
+def probability_of_improvement(x, y) -> float:
+    """P(X > Y): on each task, the fraction of pairs (run of X, run of Y) where X's score is higher,
+    ties counting one half (Mann-Whitney U / (n_x n_y)); averaged over tasks. ``x`` and ``y`` are
+    ``[runs]`` (one task), ``[runs, tasks]``, or lists of per-task 1-D NumPy arrays (tasks may
+    then have different numbers of runs)."""
+    xs, ys = _tasks(x), _tasks(y)
+    if len(xs) != len(ys):
+        raise ValueError(f"x has {len(xs)} tasks and y {len(ys)}: they must be the same tasks")
+    return float(np.mean([_poi(a, b) for a, b in zip(xs, ys)]))
 
 
 def probability_of_improvement_ci(x, y, reps: int = 5000, level: float = 0.95,
                                   seed: int = 0) -> Interval:
     """:func:`probability_of_improvement` with its percentile CI: the runs of X and of Y are
-    resampled independently, each within every task (rliable's stratified independent bootstrap)."""
+    resampled independently, each within every task (rliable's stratified independent bootstrap),
+    and the per-task probabilities averaged resample by resample."""
     if reps < 1:
         raise ValueError(f"reps = {reps!r}: must be >= 1")
-    x, y = _as_matrix(x), _as_matrix(y)
+    xs, ys = _tasks(x), _tasks(y)
+    if len(xs) != len(ys):
+        raise ValueError(f"x has {len(xs)} tasks and y {len(ys)}: they must be the same tasks")
     rng = np.random.default_rng(seed)
-    ix = _resample_indices(rng, x.shape[0], x.shape[1], reps)
-    iy = _resample_indices(rng, y.shape[0], y.shape[1], reps)
-    values = np.empty(reps)
-    chunk = max(1, int(4e6 // max(1, x.size * y.shape[0])))  # bounds the [B, n_x, n_y, tasks] array
-    for start in range(0, reps, chunk):
-        stop = min(reps, start + chunk)
-        bx = np.take_along_axis(np.broadcast_to(x, (stop - start,) + x.shape), ix[start:stop], axis=1)
-        by = np.take_along_axis(np.broadcast_to(y, (stop - start,) + y.shape), iy[start:stop], axis=1)
-        values[start:stop] = _poi(bx, by)
+    values = np.zeros(reps)
+    for a, b in zip(xs, ys):
+        ia = rng.integers(0, a.size, size=(reps, a.size))
+        ib = rng.integers(0, b.size, size=(reps, b.size))
+        chunk = max(1, int(4e6 // (a.size * b.size)))  # bounds the [chunk, n_x, n_y] array
+        for start in range(0, reps, chunk):
+            stop = min(reps, start + chunk)
+            values[start:stop] += _poi(a[ia[start:stop]], b[ib[start:stop]])
+    values /= len(xs)
     low, high = _percentiles(values, level)
-    return Interval(probability_of_improvement(x, y), low, high, level)
+    return Interval(probability_of_improvement(xs, ys), low, high, level)
 
 
 def iqm_curve_ci(curves, reps: int = 1000, level: float = 0.95, seed: int = 0):

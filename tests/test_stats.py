@@ -102,3 +102,20 @@ def test_bad_scores_are_refused(bad):
 def test_unknown_statistic_is_refused():
     with pytest.raises(ValueError, match="iqm"):
         stats.stratified_bootstrap_ci([1.0, 2.0], "trimmed")
+
+
+def test_probability_of_improvement_over_tasks_with_different_run_counts():
+    x = [np.array([3.0, 2.0]), np.array([1.0, 1.0, 1.0])]
+    y = [np.array([1.0, 2.0, 3.0]), np.array([0.0, 2.0])]
+    # task 0: 4/6 (by hand above); task 1: each 1 beats 0 and loses to 2 -> 1/2
+    assert stats.probability_of_improvement(x, y) == pytest.approx((4 / 6 + 0.5) / 2)
+    ci = stats.probability_of_improvement_ci(x, y, reps=1000, seed=1)
+    assert ci.value == pytest.approx((4 / 6 + 0.5) / 2)
+    assert 0.0 <= ci.low <= ci.value <= ci.high <= 1.0
+    # the same tasks as a matrix give the same numbers when the run counts agree
+    m = np.array([[3.0, 1.0], [2.0, 1.0]])
+    n = np.array([[1.0, 0.0], [2.0, 2.0]])
+    assert stats.probability_of_improvement(m, n) == stats.probability_of_improvement(
+        [m[:, 0], m[:, 1]], [n[:, 0], n[:, 1]])
+    with pytest.raises(ValueError, match="same tasks"):
+        stats.probability_of_improvement(x, y[:1])
