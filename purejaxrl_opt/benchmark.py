@@ -238,7 +238,10 @@ def compose_entry(entry: Entry, extra: list[str] = ()) -> DictConfig:
 
 
 def check_entry(entry: Entry, cfg: DictConfig) -> None:
-    from_dictconfig(cfg)  # every key and value, as the CLI checks them
+    try:
+        from_dictconfig(cfg)  # every key and value, as the CLI checks them
+    except ConfigError as error:
+        raise ConfigError(f"entry {entry.name!r}: {error}") from None
     sweep = OmegaConf.select(cfg, "sweep", default=None) or {}
     if sweep.get("vmap") is not None or sweep.get("random") is not None:
         raise ConfigError(f"entry {entry.name!r}: sweep.vmap/sweep.random are set; a suite entry is one "
