@@ -18,9 +18,21 @@ from typing import Any, ClassVar, Mapping
 
 import jax.numpy as jnp
 
+from purejaxrl_opt.errors import ConfigError
 
-class ConfigError(ValueError):
-    """A configuration value is unknown, of the wrong type, or out of range."""
+# token envs (purejaxrl_opt/token_envs.py); listed here so that validating a config needs no env module
+TOKEN_ENV_IDS: tuple[str, ...] = ("Addition-v0", "Reverse-v0")
+# MNISTBandit downloads MNIST at construction time: not usable offline, so not offered
+_EXCLUDED_ENVS = ("MNISTBandit-bsuite",)
+# Fisher-vector product forms (natural_gradient.make_fisher_vector_product)
+FVP_MODES: tuple[str, ...] = ("gauss_newton", "hessian")
+
+
+def supported_env_ids() -> tuple[str, ...]:
+    """Every env id a run may name: gymnax's registered envs (minus unusable ones) and the token envs."""
+    import gymnax
+
+    return tuple(e for e in gymnax.registered_envs if e not in _EXCLUDED_ENVS) + TOKEN_ENV_IDS
 
 
 # --------------------------------------------------------------------------- field checks
@@ -65,9 +77,7 @@ class EnvConfig:
     params: Mapping[str, Any] = field(default_factory=dict)  # overrides of gymnax EnvParams fields
 
     def validate(self, prefix: str) -> None:
-        from purejaxrl_opt import envs  # local: envs imports gymnax, config must stay light
-
-        one_of(f"{prefix}.id", self.id, envs.SUPPORTED_ENVS)
+        one_of(f"{prefix}.id", self.id, supported_env_ids())
 
 
 @dataclass(frozen=True)
@@ -189,7 +199,6 @@ class TRPOConfig(_ActorCriticConfig):
     SWEEPABLE: ClassVar[tuple[str, ...]] = (
         "gamma", "gae_lambda", "max_kl", "cg_damping", "backtrack_coeff", "critic_lr",
         "critic_max_grad_norm")
-    FVP_MODES: ClassVar[tuple[str, ...]] = ("gauss_newton", "hessian")
 
     def validate(self, prefix: str, run: "RunConfig") -> None:
         self._validate_rollout(prefix, run)
@@ -198,7 +207,7 @@ class TRPOConfig(_ActorCriticConfig):
         non_negative(f"{prefix}.cg_damping", self.cg_damping)
         unit_interval(f"{prefix}.backtrack_coeff", self.backtrack_coeff, open_low=True, open_high=True)
         positive(f"{prefix}.max_backtracks", self.max_backtracks)
-        one_of(f"{prefix}.fvp", self.fvp, self.FVP_MODES)
+        one_of(f"{prefix}.fvp", self.fvp, FVP_MODES)
         unit_interval(f"{prefix}.fvp_subsample", self.fvp_subsample, open_low=True)
         _check(int(self.batch_env_steps() * self.fvp_subsample) >= 1, f"{prefix}.fvp_subsample",
                self.fvp_subsample, "large enough to keep at least one sample")

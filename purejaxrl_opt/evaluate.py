@@ -32,9 +32,6 @@ NEEDS_PYGAME = ("Acrobot-v1", "CartPole-v1", "Pendulum-v1", "MountainCar-v0", "M
 def load(run_dir: str | Path, step: int | None = None, episodes: int | None = None,
          deterministic: bool | None = None):
     """``(run, algo, plan, lanes, loop, step)`` of a run dir's checkpoint (host arrays)."""
-    import jax
-    import jax.numpy as jnp
-
     from purejaxrl_opt import algos, checkpoint, sweep
     from purejaxrl_opt.config import from_dictconfig
     from purejaxrl_opt.runner import loop_shape
@@ -49,8 +46,7 @@ def load(run_dir: str | Path, step: int | None = None, episodes: int | None = No
     plan = sweep.SweepPlan.from_dict(manifest["fingerprint"]["sweep"])
     algo = algos.make_algorithm(run)
     lanes = sweep.lanes(run, plan)
-    keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray([lane.seed for lane in lanes], jnp.uint32))
-    hparams = {k: jnp.asarray(v) for k, v in sweep.lane_hparams(run, plan).items()}
+    keys, hparams = sweep.lane_inputs(run, plan)
     shape = loop_shape(algo, keys, hparams)
     loop, step = checkpoint.restore(run_dir, checkpoint.fingerprint(run, plan, shape), shape, step)
     return run, algo, plan, lanes, loop, step
@@ -170,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.episodes is not None and args.episodes < 1:
         parser.error("--episodes must be >= 1")
 
-    import purejaxrl_opt.train  # noqa: F401 - the same XLA flags as training, set before JAX starts
+    from purejaxrl_opt.xla_flags import set_default_xla_flags
+
+    set_default_xla_flags()  # the same XLA flags as training, before JAX starts
     from purejaxrl_opt.checkpoint import CheckpointError
     from purejaxrl_opt.config import ConfigError
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from purejaxrl_opt.config import ConfigError
+from purejaxrl_opt.errors import ConfigError
 
 
 class Sink:
@@ -50,7 +50,7 @@ class Console(Sink):
         print(text, end=end, file=self.stream, flush=True)
 
     def start(self, run, algo, out_dir, lanes=None, plan=None, start_update=0):
-        from purejaxrl_opt.runner import describe_device
+        from purejaxrl_opt.artifacts import describe_device
 
         configs = f"{plan.num_configs} config(s) ({plan.mode} over {', '.join(plan.keys)}) x " if plan else ""
         self._print(f"[purejaxrl_opt] {run.algo.name} on {run.env.id}: {configs}{run.num_seeds} seed(s) "
@@ -132,7 +132,7 @@ class WandB(Sink):
     def start(self, run, algo, out_dir, lanes=None, plan=None, start_update=0):
         import wandb
 
-        from purejaxrl_opt.runner import config_dict
+        from purejaxrl_opt.artifacts import config_dict
         from purejaxrl_opt.sweep import lanes as make_lanes
 
         kwargs = {k: v for k, v in self.kwargs.items() if v is not None}

@@ -18,11 +18,11 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from purejaxrl_opt.config import FVP_MODES  # one definition, validated in config
 from purejaxrl_opt.distributions import DistParams, Distribution
 
 DistFn = Callable[[jnp.ndarray], DistParams]  # theta [P] -> dist params with batch shape [B]
 MatVec = Callable[[jnp.ndarray], jnp.ndarray]  # v [P] -> A v [P]
-FVP_MODES = ("gauss_newton", "hessian")
 
 
 def _num_samples(dist_params: DistParams) -> int:
@@ -77,12 +77,6 @@ def make_fisher_vector_product(dist_fn: DistFn, dist: Distribution, theta: jnp.n
     if mode == "hessian":
         return kl_hessian_fvp(dist_fn, dist, theta)
     raise ValueError(f"unknown Fisher-vector product mode {mode!r}; choose one of {FVP_MODES}")
-
-
-def fisher_vector_product(dist_fn: DistFn, dist: Distribution, theta: jnp.ndarray, v: jnp.ndarray,
-                          mode: str = "gauss_newton") -> jnp.ndarray:
-    """One product ``F v [P]`` at ``theta [P]`` (see :func:`make_fisher_vector_product`)."""
-    return make_fisher_vector_product(dist_fn, dist, theta, mode)(v)
 
 
 # --------------------------------------------------------------------------- conjugate gradient

@@ -24,7 +24,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from purejaxrl_opt.config import ConfigError, check_section_keys, RunConfig, hyperparameters, with_overrides
+from purejaxrl_opt.config import RunConfig, check_section_keys, hyperparameters, with_overrides
+from purejaxrl_opt.errors import ConfigError
 
 MODES = ("grid", "zip")
 PREFIX = "algo."
@@ -93,6 +94,22 @@ def lane_hparams(run: RunConfig, plan: SweepPlan | None) -> dict:
                   for r in config_runs(run, plan)]
     return {name: np.repeat(np.stack([h[name] for h in per_config]), run.num_seeds, axis=0)
             for name in per_config[0]}
+
+
+def lane_keys(seeds):
+    """``[len(seeds)]`` PRNG keys, ``PRNGKey(seed)`` each: a lane trains with its seed's key."""
+    import jax
+    import jax.numpy as jnp
+
+    return jax.vmap(jax.random.PRNGKey)(jnp.asarray(list(seeds), jnp.uint32))
+
+
+def lane_inputs(run: RunConfig, plan: SweepPlan | None = None):
+    """``(keys [num_lanes], hparams {name: [num_lanes]})``: the lane-vmapped arguments of ``train``."""
+    import jax.numpy as jnp
+
+    return (lane_keys(lane.seed for lane in lanes(run, plan)),
+            {k: jnp.asarray(v) for k, v in lane_hparams(run, plan).items()})
 
 
 # --------------------------------------------------------------------------- parsing

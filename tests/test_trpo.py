@@ -39,7 +39,7 @@ def _tiny_policy(discrete: bool, seed: int = 0):
 def test_fvp_matches_explicit_fisher(discrete, mode):
     dist_fn, dist, theta = _tiny_policy(discrete)
     fisher = jax.jit(jax.hessian(ng.mean_kl_fn(dist_fn, dist, theta)))(theta)  # [P, P], explicit
-    fvp = jax.jit(lambda v: ng.fisher_vector_product(dist_fn, dist, theta, v, mode))
+    fvp = jax.jit(lambda v: ng.make_fisher_vector_product(dist_fn, dist, theta, mode)(v))
     vs = jax.random.normal(jax.random.PRNGKey(1), (4, theta.size))
     for v in vs:
         expected = fisher @ v

@@ -78,64 +78,6 @@ class Algorithm:
         return ("eval_return",)
 
 
-@dataclass(frozen=True)
-class DataAxis:
-    """Collectives over an optional data-parallel ``shard_map`` axis (``name``); with ``name=None``
-    (one device) every method is the identity, so single-device numbers are untouched."""
-
-    name: str | None = None
-
-    def mean(self, x):
-        return x if self.name is None else jax.lax.pmean(x, self.name)
-
-    def sum(self, x):
-        return x if self.name is None else jax.lax.psum(x, self.name)
-
-    def device_key(self, key: jax.Array) -> jax.Array:
-        """A key of this device's own (per-device shuffles and subsets)."""
-        return key if self.name is None else jax.random.fold_in(key, jax.lax.axis_index(self.name))
-
-    def env_shard(self, num_envs: int):
-        """``(local num_envs, global_envs)`` of this device; ``global_envs`` for rollout.collect."""
-        if self.name is None:
-            return num_envs, None
-        local = num_envs // jax.lax.axis_size(self.name)
-        return local, (num_envs, jax.lax.axis_index(self.name) * local)
-
-    def gather_envs(self, x: jnp.ndarray) -> jnp.ndarray:
-        """``[T, N_local, ...]`` -> the global ``[T, N, ...]`` batch in single-device env order."""
-        return x if self.name is None else jax.lax.all_gather(x, self.name, axis=1, tiled=True)
-
-
-def minibatch_epochs(grad_fn, optimizer, flat_params, opt_state, batch, num_items: int,
-                     num_minibatches: int, epoch_keys: jax.Array, reduce_grads=lambda g: g,
-                     shuffle_key=lambda k: k):
-    """``len(epoch_keys)`` epochs of Adam steps over ``num_minibatches`` minibatches of ``batch``.
-
-    ``batch``: a pytree of ``[num_items, ...]`` leaves (samples, or whole episodes); every epoch
-    shuffles it with one gather and cuts it into contiguous minibatches. ``grad_fn(flat_params, mb)
-    -> (grads, diagnostics)`` on flat parameters; ``reduce_grads`` (data parallel: a ``pmean``) and
-    ``shuffle_key`` (per-device keys) default to the identity. Returns ``(flat_params, opt_state,
-    diagnostics [epochs, minibatches])``.
-    """
-
-    def _update_minibatch(train, mb):
-        flat_params, opt_state = train
-        grads, diagnostics = grad_fn(flat_params, mb)
-        updates, opt_state = optimizer.update(reduce_grads(grads), opt_state, flat_params)
-        return (flat_params + updates, opt_state), diagnostics
-
-    def _update_epoch(train, epoch_key):
-        order = jax.random.permutation(shuffle_key(epoch_key), num_items)
-        shuffled = jax.tree_util.tree_map(
-            lambda x: x[order].reshape((num_minibatches, -1) + x.shape[1:]), batch)
-        return jax.lax.scan(_update_minibatch, train, shuffled)
-
-    (flat_params, opt_state), diagnostics = jax.lax.scan(_update_epoch, (flat_params, opt_state),
-                                                         epoch_keys)
-    return flat_params, opt_state, diagnostics
-
-
 @struct.dataclass
 class Loop:
     """Complete training state of one agent: a checkpoint of it is enough to resume bitwise."""

@@ -9,15 +9,16 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import optax
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from purejaxrl_opt import envs, losses, rollout
-from purejaxrl_opt.algos.base import Algorithm, DataAxis, minibatch_epochs
+from purejaxrl_opt.algos.base import Algorithm
+from purejaxrl_opt.collectives import DataAxis
 from purejaxrl_opt.config import PPOConfig, RunConfig
 from purejaxrl_opt.distributions import for_spec
 from purejaxrl_opt.networks import Actor, Critic
+from purejaxrl_opt.optim import adam, annealed, minibatch_epochs
 
 METRICS = ("return_mean", "episode_length", "episodes", "policy_loss", "value_loss", "entropy",
            "approx_kl", "clip_frac", "learning_rate")
@@ -39,16 +40,6 @@ class Minibatch(struct.PyTreeNode):
     value_old: jnp.ndarray  # [B]
     advantages: jnp.ndarray  # [B]
     returns: jnp.ndarray  # [B]
-
-
-def adam(hparams, learning_rate) -> optax.GradientTransformation:
-    """Adam with global-norm clipping; the rate is applied outside so it can be annealed or traced."""
-    return optax.chain(optax.clip_by_global_norm(hparams["max_grad_norm"]),
-                       optax.scale_by_adam(eps=1e-5), optax.scale(-learning_rate))
-
-
-def annealed(lr, update_idx, num_updates: int, anneal: bool):
-    return lr * (1.0 - update_idx / num_updates) if anneal else lr
 
 
 def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Algorithm:

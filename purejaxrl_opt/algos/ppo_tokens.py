@@ -24,12 +24,13 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from purejaxrl_opt import losses, rollout
-from purejaxrl_opt.algos.base import Algorithm, minibatch_epochs
-from purejaxrl_opt.algos.grpo import load_initial_actor, masked_reduce
-from purejaxrl_opt.algos.ppo import adam, annealed
-from purejaxrl_opt.config import ConfigError, PPOConfig, RunConfig
+from purejaxrl_opt.algos.base import Algorithm
+from purejaxrl_opt.config import PPOConfig, RunConfig
 from purejaxrl_opt.distributions import for_spec
+from purejaxrl_opt.errors import ConfigError
+from purejaxrl_opt.optim import adam, annealed, minibatch_epochs
 from purejaxrl_opt.policies import make_policy, make_value
+from purejaxrl_opt.pretrained import load_initial_actor
 
 METRICS = ("return_mean", "episode_length", "episodes", "policy_loss", "value_loss", "entropy",
            "approx_kl", "clip_frac", "kl_ref", "learning_rate")
@@ -65,14 +66,6 @@ def episode_gae(rewards, values, mask, gamma, gae_lambda):
     end = jnp.logical_or(end, jnp.logical_not(mask))
     adv, ret = rollout.gae(rewards.T, values.T, next_values.T, end.T, end.T, gamma, gae_lambda)
     return jnp.where(mask, adv.T, 0.0), jnp.where(mask, ret.T, 0.0)
-
-
-def masked_normalize(x, mask, eps: float = 1e-8):
-    weights = mask.astype(jnp.float32)
-    count = jnp.maximum(weights.sum(), 1.0)
-    mean = jnp.sum(x * weights) / count
-    std = jnp.sqrt(jnp.sum(weights * (x - mean) ** 2) / count)
-    return jnp.where(mask, (x - mean) / (std + eps), 0.0)
 
 
 def transplant(source, target):
@@ -111,7 +104,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
     def loss_fn(params, mb: Minibatch, hparams):
         dist_params = policy.episode_apply(params["actor"], mb.obs, mb.action)
         log_prob = dist.log_prob(dist_params, mb.action)
-        advantages = (masked_normalize(mb.advantages, mb.mask) if cfg.normalize_advantages
+        advantages = (losses.normalize(mb.advantages, mask=mb.mask) if cfg.normalize_advantages
                       else mb.advantages)
         surrogate = losses.clipped_surrogate(log_prob, mb.log_prob_old, advantages, hparams["clip_eps"])
         values = value.episode_apply(params["critic"], mb.obs, mb.action)
@@ -120,7 +113,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         entropy = dist.entropy(dist_params)
 
         def mean(x):
-            return masked_reduce(x, mb.mask, "token")
+            return losses.masked_reduce(x, mb.mask, "token")
 
         policy_loss, value_loss, entropy = -mean(surrogate), mean(value_loss), mean(entropy)
         total = policy_loss + hparams["vf_coef"] * value_loss - hparams["ent_coef"] * entropy

@@ -22,10 +22,12 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from purejaxrl_opt import envs, losses, natural_gradient, rollout
-from purejaxrl_opt.algos.base import Algorithm, DataAxis, minibatch_epochs
+from purejaxrl_opt.algos.base import Algorithm
+from purejaxrl_opt.collectives import DataAxis
 from purejaxrl_opt.config import RunConfig, TRPOConfig
 from purejaxrl_opt.distributions import for_spec
 from purejaxrl_opt.networks import Actor, Critic
+from purejaxrl_opt.optim import minibatch_epochs
 
 METRICS = ("return_mean", "episode_length", "episodes", "kl", "surrogate_improvement",
            "expected_improvement", "backtracks", "cg_residual", "step_norm", "entropy", "value_loss",
