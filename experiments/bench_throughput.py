@@ -134,7 +134,7 @@ def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, la
         state = loop.algo_state
 
         def _body(carry, key):
-            carry, batch, stats = rollout.collect(env, env_params, spec, ppo.dist, ppo.actor_fn,
+            carry, batch, stats = rollout.collect(env, env_params, spec, ppo.dist, ppo.policy.apply,
                                                   state.params["actor"], state.obs_norm, carry, key,
                                                   num_steps)
             # (b) uses every field of the batch, as training does; (b0) only the episode
@@ -158,7 +158,7 @@ def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, la
         critic = Critic(spec, run.network)
 
         def _actor_and_critic(params, obs):
-            return {**ppo.actor_fn(params["actor"], obs),
+            return {**ppo.policy.apply(params["actor"], obs),
                     "_": critic.apply(params["critic"], obs)}
 
         class _Dist:  # samples from the actor's output, ignores the value

@@ -53,50 +53,31 @@ def load(run_dir: str | Path, step: int | None = None, episodes: int | None = No
 
 
 def evaluate_returns(algo, loop):
-    """``[lanes, eval_episodes]`` returns of every lane's policy (jitted, vmapped over lanes)."""
+    """``[lanes, eval_episodes]`` returns of every lane's policy (jitted, vmapped over lanes): the
+    training run's final evaluation (:func:`purejaxrl_opt.evaluation.final_returns`)."""
     import jax
     import numpy as np
 
-    from purejaxrl_opt.algos.base import evaluate_loop
+    from purejaxrl_opt import evaluation
 
-    return np.asarray(jax.jit(jax.vmap(partial(evaluate_loop, algo)))(loop))
+    return np.asarray(jax.jit(jax.vmap(partial(evaluation.final_returns, algo)))(loop))
 
 
 def play_episode(algo, loop, lane: int, deterministic: bool = True):
-    """States and cumulative rewards of one episode of ``lane``'s policy (host loop, jitted step)."""
+    """States and cumulative rewards of one episode of ``lane``'s policy, for rendering."""
     import jax
     import numpy as np
 
-    from purejaxrl_opt import envs
+    from purejaxrl_opt import evaluation
 
     state = jax.tree_util.tree_map(lambda x: x[lane], loop.algo_state)
-    actor_params, obs_norm = algo.policy(state)
-    env, env_params, spec, dist = algo.env, algo.env_params, algo.spec, algo.dist
-
-    @jax.jit
-    def _step(key, env_state, obs):
-        action_key, env_key = jax.random.split(key)
-        dist_params = algo.actor_fn(actor_params, envs.obs_norm_apply(obs_norm, obs[None]))
-        action = (dist.mode(dist_params) if deterministic else dist.sample(action_key, dist_params))[0]
-        # step_env: no auto-reset, so the last frame is the episode's end, not a fresh start
-        obs, env_state, reward, terminated, _ = env.step_env(
-            env_key, env_state, envs.to_env_action(spec, action, algo.run.env.clip_actions), env_params)
-        truncated = env.is_truncated(env_state, env_params)
-        return obs, env_state, reward, jax.numpy.logical_or(terminated, truncated)
-
     key = jax.random.fold_in(loop.eval_key[lane], 7)
-    key, reset_key = jax.random.split(key)
-    obs, env_state = env.reset(reset_key, env_params)
-    states, rewards = [env_state], []
-    limit = spec.max_steps if spec.max_steps > 0 else 10_000
-    for _ in range(limit):
-        key, step_key = jax.random.split(key)
-        obs, env_state, reward, done = _step(step_key, env_state, obs)
-        rewards.append(float(reward))
-        if bool(done):
-            break
-        states.append(env_state)
-    return states[:len(rewards)], np.cumsum(rewards)
+    states, rewards, done = jax.jit(partial(evaluation.episode_states, algo,
+                                            deterministic=deterministic))(state, key)
+    done = np.asarray(done)
+    length = int(np.argmax(done)) + 1 if done.any() else done.shape[0]
+    return ([jax.tree_util.tree_map(lambda x, i=i: x[i], states) for i in range(length)],
+            np.cumsum(np.asarray(rewards, np.float64)[:length]))
 
 
 def _gym_frames(env_id: str, env_params, states) -> list:

@@ -272,7 +272,8 @@ def sharded_functions(layout: Layout, algo, keys, hparams, data_algo=None):
     """``(init, updates, evaluate, loop_specs, global_loop_shape)``: the runner's three lane-vmapped
     functions as ``shard_map``s over ``layout.mesh`` (not yet jitted). ``algo`` gives the Loop's
     structure; ``data_algo`` (built with ``axis_name="data"``) runs when ``layout.data > 1``."""
-    from purejaxrl_opt.algos.base import evaluate_loop, init_loop, run_updates
+    from purejaxrl_opt import evaluation
+    from purejaxrl_opt.algos.base import init_loop, run_updates
 
     run_algo = data_algo if data_algo is not None else algo
     template = jax.eval_shape(jax.vmap(partial(init_loop, algo)), keys, hparams)
@@ -280,5 +281,5 @@ def sharded_functions(layout: Layout, algo, keys, hparams, data_algo=None):
     init = wrap(layout, jax.vmap(partial(init_loop, run_algo)), (P(LANES), P(LANES)), specs)
     updates = wrap(layout, jax.vmap(partial(run_updates, run_algo), in_axes=(0, None, None)),
                    (specs, P(), P()), specs)
-    evaluate = wrap(layout, jax.vmap(partial(evaluate_loop, run_algo)), (specs,), P(LANES))
+    evaluate = wrap(layout, jax.vmap(partial(evaluation.final_returns, run_algo)), (specs,), P(LANES))
     return init, updates, evaluate, specs, jax.eval_shape(init, keys, hparams)

@@ -26,7 +26,8 @@ import numpy as np
 from purejaxrl_opt import algos, checkpoint, sweep
 from purejaxrl_opt.artifacts import (make_summary, memory_report, plot_learning_curve, write_json_atomic,
                                      write_metrics_csv)
-from purejaxrl_opt.algos.base import Algorithm, Loop, evaluate_loop, init_loop, run_updates
+from purejaxrl_opt import evaluation
+from purejaxrl_opt.algos.base import Algorithm, Loop, init_loop, run_updates
 from purejaxrl_opt.config import RunConfig
 from purejaxrl_opt.networks import count_params
 
@@ -74,7 +75,7 @@ class Compiled:
         shape = loop_shape(algo, keys, hparams)
         self.updates = jax.jit(jax.vmap(partial(run_updates, algo), in_axes=(0, None, None))).lower(
             shape, jnp.int32(0), jnp.int32(1)).compile()
-        self.evaluate = jax.jit(jax.vmap(partial(evaluate_loop, algo))).lower(shape).compile()
+        self.evaluate = jax.jit(jax.vmap(partial(evaluation.final_returns, algo))).lower(shape).compile()
         self.seconds = time.perf_counter() - start
 
     def _compile_sharded(self, algo, keys, hparams, data_algo) -> None:
@@ -227,8 +228,8 @@ def execute(run: RunConfig, out_dir: str | os.PathLike, loggers=(), num_chunks: 
         for logger in loggers:
             logger.progress(metrics, updates_done, algo.num_updates, seconds, start_update=start_update)
 
-    evaluation = {k: getattr(run, k) for k in checkpoint.EVAL_ONLY_KEYS}  # defaults of the evaluate CLI
-    saver = (checkpoint.Checkpointer(out_dir, fingerprint, checkpoints.keep, {"evaluation": evaluation})
+    eval_defaults = {k: getattr(run, k) for k in checkpoint.EVAL_ONLY_KEYS}  # defaults of the evaluate CLI
+    saver = (checkpoint.Checkpointer(out_dir, fingerprint, checkpoints.keep, {"evaluation": eval_defaults})
              if checkpoints.enabled and main else None)
     multi_process = jax.process_count() > 1
 
@@ -258,7 +259,7 @@ def execute(run: RunConfig, out_dir: str | os.PathLike, loggers=(), num_chunks: 
     summary["memory"] = memory_report(compiled)
     token_examples = None
     if algo.spec.vocab is not None:
-        token_stats, token_examples = token_evaluation(algo, _to_host(loop))
+        token_stats, token_examples = evaluation.token_accuracy(algo, _to_host(loop))
         summary.update(token_stats)
     if not main:
         return RunResult(summary, loop, eval_returns)
@@ -270,29 +271,3 @@ def execute(run: RunConfig, out_dir: str | os.PathLike, loggers=(), num_chunks: 
     for logger in loggers:
         logger.finish(summary, metrics, out_dir)
     return RunResult(summary, loop, eval_returns)
-
-
-def token_evaluation(algo: Algorithm, loop: Loop) -> tuple[dict, str]:
-    """Held-out accuracy of every lane's final policy (greedy and sampled answers to the same
-    ``eval_episodes`` test-split prompts) and a text of example answers (lane 0, greedy)."""
-    from purejaxrl_opt.algos.base import token_generations
-    from purejaxrl_opt.token_envs import format_answers
-
-    def _lane(loop: Loop):
-        actor_params, _ = algo.policy(loop.algo_state)
-        greedy = token_generations(algo, actor_params, loop.eval_key, greedy=True)
-        sampled = token_generations(algo, actor_params, loop.eval_key, greedy=False)
-        return greedy, sampled.correct
-
-    greedy, sampled_correct = jax.tree_util.tree_map(np.asarray, jax.jit(jax.vmap(_lane))(loop))
-    per_lane = greedy.correct.mean(axis=1)
-    per_lane_sampled = sampled_correct.mean(axis=1)
-    stats = {"eval_accuracy": float(per_lane.mean()),
-             "eval_accuracy_per_seed": [float(x) for x in per_lane],
-             "eval_accuracy_sampled": float(per_lane_sampled.mean()),
-             "eval_accuracy_sampled_per_seed": [float(x) for x in per_lane_sampled],
-             "eval_prompts": int(greedy.correct.shape[1]), "eval_split": "test"}
-    lines = ["# held-out (test-split) prompts and the greedy answers of lane 0's final policy"]
-    lines += format_answers(greedy.obs[0, 0], greedy.action[0].T, greedy.lengths[0], greedy.correct[0],
-                            32)
-    return stats, "\n".join(lines) + "\n"

@@ -313,7 +313,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         return new_state, metrics
 
     return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=dist,
-                     actor_fn=policy.apply, init=init, update=update,
-                     policy=lambda s: (s.params["actor"], s.obs_norm), metric_names=METRICS,
-                     num_updates=num_updates, param_fn=lambda s: s.params, policy_net=policy)
+                     policy=policy, init=init, update=update,
+                     policy_params=lambda s: (s.params["actor"], s.obs_norm), metric_names=METRICS,
+                     num_updates=num_updates, param_fn=lambda s: s.params)
 

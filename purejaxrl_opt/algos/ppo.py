@@ -18,6 +18,7 @@ from purejaxrl_opt.actor_critic import Transitions, make_stage
 from purejaxrl_opt.algos.base import Algorithm
 from purejaxrl_opt.config import PPOConfig, RunConfig
 from purejaxrl_opt.optim import adam, annealed, minibatch_epochs
+from purejaxrl_opt.policies import as_policy
 
 METRICS = ("return_mean", "episode_length", "episodes", "policy_loss", "value_loss", "entropy",
            "approx_kl", "clip_frac", "learning_rate")
@@ -93,6 +94,6 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
         return PPOState(unravel(flat_params), opt_state, experience.carry, obs_norm, key), metrics
 
     return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=dist,
-                     actor_fn=actor.apply, init=init, update=update,
-                     policy=lambda s: (s.params["actor"], s.obs_norm), metric_names=METRICS,
+                     policy=as_policy(actor.apply), init=init, update=update,
+                     policy_params=lambda s: (s.params["actor"], s.obs_norm), metric_names=METRICS,
                      num_updates=num_updates, param_fn=lambda s: s.params)

@@ -151,6 +151,6 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         return TokenPPOState(unravel(flat_params), state.ref_params, opt_state, key), metrics
 
     return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=dist,
-                     actor_fn=policy.apply, init=init, update=update,
-                     policy=lambda s: (s.params["actor"], None), metric_names=METRICS,
-                     num_updates=num_updates, param_fn=lambda s: s.params, policy_net=policy)
+                     policy=policy, init=init, update=update,
+                     policy_params=lambda s: (s.params["actor"], None), metric_names=METRICS,
+                     num_updates=num_updates, param_fn=lambda s: s.params)

@@ -28,6 +28,7 @@ from purejaxrl_opt.collectives import DataAxis
 from purejaxrl_opt.config import RunConfig, TRPOConfig
 from purejaxrl_opt.distributions import for_spec
 from purejaxrl_opt.networks import Actor, Critic
+from purejaxrl_opt.policies import as_policy
 from purejaxrl_opt.optim import minibatch_epochs
 
 METRICS = ("return_mean", "episode_length", "episodes", "kl", "surrogate_improvement",
@@ -194,7 +195,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
         return TRPOState(actor_params, critic_params, opt_state, experience.carry, obs_norm, key), metrics
 
     return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=stage.dist,
-                     actor_fn=stage.actor.apply, init=init, update=update,
-                     policy=lambda s: (s.actor_params, s.obs_norm), metric_names=METRICS,
+                     policy=as_policy(stage.actor.apply), init=init, update=update,
+                     policy_params=lambda s: (s.actor_params, s.obs_norm), metric_names=METRICS,
                      num_updates=num_updates,
                      param_fn=lambda s: {"actor": s.actor_params, "critic": s.critic_params})
