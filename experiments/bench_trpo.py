@@ -82,7 +82,7 @@ def training_rates(runs: dict[str, RunConfig], lanes: int, repeats: int) -> dict
             start = time.perf_counter()
             train()
             times[name].append(time.perf_counter() - start)
-    return {name: lanes * run.num_updates * run.algo.batch_env_steps() / statistics.median(times[name])
+    return {name: lanes * run.algo.num_updates(run.total_timesteps) * run.algo.batch_env_steps() / statistics.median(times[name])
             for name, run in runs.items()}
 
 

@@ -65,7 +65,10 @@ def make_summary(run: RunConfig, algo, metrics: dict, eval_returns: np.ndarray,
                  compile_seconds: float, run_seconds: float, num_params: int,
                  lanes: list | None = None, plan: sweep.SweepPlan | None = None,
                  start_update: int = 0, parallel_layout: dict | None = None) -> dict:
-    """``final_return_*`` aggregate every lane; with a sweep, ``sweep.configs`` has them per config."""
+    """``final_return_*`` aggregate every lane; with a sweep, ``sweep.configs`` has them per config.
+    ``hparams``: every sweepable hyperparameter's value per lane (lane order), as trained."""
+    lanes = lanes or sweep.lanes(run, plan)
+    config_runs = sweep.config_runs(run, plan)
     per_lane = eval_returns.mean(axis=1)
     env_steps = metrics["env_steps"][:, -1]  # cumulative, per lane
     # a resumed run's timing covers only the updates this process ran
@@ -89,7 +92,8 @@ def make_summary(run: RunConfig, algo, metrics: dict, eval_returns: np.ndarray,
         # all lanes together, compile excluded
         "env_steps_per_second": float(np.sum(env_steps - steps_before) / max(run_seconds, 1e-9)),
         "num_params": num_params,
-        "hparams": {k: getattr(run.algo, k) for k in run.algo.SWEEPABLE},
+        "hparams": {k: [getattr(config_runs[lane.config].algo, k) for lane in lanes]
+                    for k in run.algo.SWEEPABLE},
         "num_lanes": int(per_lane.shape[0]),
         "resumed_from_update": start_update,
         "config": config_dict(run),
@@ -99,7 +103,6 @@ def make_summary(run: RunConfig, algo, metrics: dict, eval_returns: np.ndarray,
         "host": platform.node(),
     }
     if plan is not None:
-        lanes = lanes or sweep.lanes(run, plan)
         configs = []
         for index, values in enumerate(plan.configs):
             members = [lane.index for lane in lanes if lane.config == index]

@@ -28,7 +28,7 @@ from purejaxrl_opt.artifacts import (make_summary, memory_report, plot_learning_
                                      write_metrics_csv)
 from purejaxrl_opt import evaluation
 from purejaxrl_opt.algos.base import Algorithm, Loop, init_loop, run_updates
-from purejaxrl_opt.config import RunConfig
+from purejaxrl_opt.config import CheckpointConfig, RunConfig
 from purejaxrl_opt.networks import count_params
 
 
@@ -39,15 +39,8 @@ class RunResult:
     eval_returns: np.ndarray  # [lanes, eval_episodes]
 
 
-@dataclass(frozen=True)
-class CheckpointSettings:
-    every_updates: int = 0  # save every N updates (0 = never)
-    final: bool = True  # save after the last update (what `purejaxrl_opt.evaluate` loads)
-    keep: int | None = None  # keep only the newest K checkpoints (None = all)
-
-    @property
-    def enabled(self) -> bool:
-        return self.every_updates > 0 or self.final
+# the checkpoint config section (config.py)
+CheckpointSettings = CheckpointConfig
 
 
 def loop_shape(algo: Algorithm, keys, hparams) -> Loop:

@@ -191,11 +191,10 @@ def compute_advantages(cfg: GRPOConfig, rewards: jnp.ndarray, mask: jnp.ndarray,
 # --------------------------------------------------------------------------- static checks
 def episode_limit(cfg: GRPOConfig, spec: EnvSpec) -> int:
     """Rollout length ``T``: ``max_episode_steps``, else the env's own episode limit."""
-    limit = cfg.max_episode_steps or spec.max_steps
-    if limit <= 0:
+    if cfg.max_episode_steps <= 0 and spec.max_steps <= 0:
         raise ConfigError(f"{spec.env_id} has no episode limit: set grpo.max_episode_steps > 0 "
                           "(GRPO rolls whole episodes without auto-reset)")
-    return limit
+    return cfg.rollout_length(spec.max_steps)
 
 
 def buffer_bytes(run: RunConfig, spec: EnvSpec, num_steps: int) -> int:
@@ -244,7 +243,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
     num_episodes = cfg.num_groups * cfg.group_size
     worst_case = num_episodes * num_steps
     budget_updates = run.total_timesteps // worst_case
-    num_updates = cfg.max_updates or budget_updates
+    num_updates = cfg.num_updates(run.total_timesteps, spec.max_steps)
     gated = num_updates > budget_updates  # some updates may find the budget spent
     loss_fn = make_loss_fn(policy, dist, cfg.loss_norm)
 

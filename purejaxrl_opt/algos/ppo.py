@@ -46,7 +46,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
     cfg: PPOConfig = run.algo
     stage = make_stage(run, env, env_params, spec, axis_name)
     actor, critic, dist, data = stage.actor, stage.critic, stage.dist, stage.data
-    num_updates = run.num_updates
+    num_updates = cfg.num_updates(run.total_timesteps)
 
     def init(key, hparams):
         parts = stage.init(key)

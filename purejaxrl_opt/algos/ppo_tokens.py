@@ -89,7 +89,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
     dist = for_spec(spec.discrete)
     policy, value = make_policy(spec, run.network), make_value(spec, run.network)
     initial_actor = load_initial_actor(run, spec)
-    num_updates = run.num_updates
+    num_updates = cfg.num_updates(run.total_timesteps, spec.max_steps)
 
     def init(key, hparams):
         actor_key, critic_key, key = jax.random.split(key, 3)

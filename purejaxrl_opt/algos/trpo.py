@@ -165,7 +165,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
     cfg: TRPOConfig = run.algo
     stage = make_stage(run, env, env_params, spec, axis_name)
     parts = make_parts(run, spec, axis_name)
-    num_updates = run.num_updates
+    num_updates = cfg.num_updates(run.total_timesteps)
 
     def init(key, hparams):
         initial = stage.init(key)
