@@ -17,6 +17,7 @@ step (what most JAX PPO code does), and with ``--data N`` training data parallel
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -44,7 +45,7 @@ from purejaxrl_opt import algos, envs, rollout  # noqa: E402
 from purejaxrl_opt.algos.base import init_loop, run_updates  # noqa: E402
 from purejaxrl_opt.config import ALGO_CONFIGS, EnvConfig, RunConfig  # noqa: E402
 from purejaxrl_opt.networks import Critic  # noqa: E402
-from purejaxrl_opt.runner import lane_hparams, lane_keys  # noqa: E402
+from purejaxrl_opt.sweep import lane_inputs, lane_keys  # noqa: E402
 
 
 def _interleaved_rates(fns: dict, repeats: int) -> dict:
@@ -78,7 +79,7 @@ def data_parallel_fn(run: RunConfig, env_tuple, keys, data: int):
     data_algo = algos.make_algorithm(run, env_tuple, axis_name=parallel.DATA)
     layout = parallel.make_layout(parallel.ParallelSettings(lanes="off", data=data), run, keys.shape[0],
                                   devices=jax.local_devices()[:data])
-    hparams = lane_hparams(algo, keys.shape[0])
+    hparams = lane_inputs(dataclasses.replace(run, num_seeds=keys.shape[0]))[1]
     compiled = Compiled(algo, keys, hparams, layout, data_algo)
     keys, hparams = compiled.place_inputs(keys, hparams)
     start_loop = compiled.init(keys, hparams)
@@ -94,7 +95,7 @@ def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, la
                 algo_names: list[str], repeats: int, data: int = 1) -> dict:
     env, env_params, spec = envs.make(env_id)
     steps = lanes * num_envs * num_steps * num_updates
-    keys = lane_keys(0, lanes)
+    keys = lane_keys(range(lanes))
     result = {"env": env_id, "num_envs": num_envs, "num_steps": num_steps, "num_updates": num_updates,
               "lanes": lanes, "env_steps_per_measure": steps}
 
@@ -126,14 +127,14 @@ def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, la
     run = RunConfig(algo=ALGO_CONFIGS["ppo"](num_envs=num_envs, num_steps=num_steps),
                     env=EnvConfig(id=env_id), total_timesteps=num_envs * num_steps * num_updates)
     ppo = algos.make_algorithm(run, (env, env_params, spec))
-    hparams = lane_hparams(ppo, lanes)
+    hparams = lane_inputs(dataclasses.replace(run, num_seeds=lanes))[1]
     loops = jax.jit(jax.vmap(partial(init_loop, ppo)))(keys, hparams)
 
     def _act(loop, use_batch: bool):
         state = loop.algo_state
 
         def _body(carry, key):
-            carry, batch, stats = rollout.collect(env, env_params, spec, ppo.dist, ppo.actor_fn,
+            carry, batch, stats = rollout.collect(env, env_params, spec, ppo.dist, ppo.policy.apply,
                                                   state.params["actor"], state.obs_norm, carry, key,
                                                   num_steps)
             # (b) uses every field of the batch, as training does; (b0) only the episode
@@ -157,7 +158,7 @@ def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, la
         critic = Critic(spec, run.network)
 
         def _actor_and_critic(params, obs):
-            return {**ppo.actor_fn(params["actor"], obs),
+            return {**ppo.policy.apply(params["actor"], obs),
                     "_": critic.apply(params["critic"], obs)}
 
         class _Dist:  # samples from the actor's output, ignores the value
@@ -185,7 +186,7 @@ def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, la
         run = RunConfig(algo=ALGO_CONFIGS[name](**overrides), env=EnvConfig(id=env_id),
                         total_timesteps=num_envs * num_steps * num_updates)
         algo = algos.make_algorithm(run, (env, env_params, spec))
-        hparams = lane_hparams(algo, lanes)
+        hparams = lane_inputs(dataclasses.replace(run, num_seeds=lanes))[1]
         init = jax.jit(jax.vmap(partial(init_loop, algo)))
         train = jax.jit(jax.vmap(partial(run_updates, algo), in_axes=(0, None, None)))
         start_loop = init(keys, hparams)

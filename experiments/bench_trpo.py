@@ -26,6 +26,7 @@ Prints a line per shape and writes JSON to ``experiments/results/bench_trpo.json
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import time
@@ -39,7 +40,7 @@ from purejaxrl_opt import algos, envs, losses, natural_gradient, rollout
 from purejaxrl_opt.algos import trpo
 from purejaxrl_opt.algos.base import init_loop, run_updates
 from purejaxrl_opt.config import EnvConfig, PPOConfig, RunConfig, TRPOConfig
-from purejaxrl_opt.runner import lane_hparams, lane_keys
+from purejaxrl_opt.sweep import lane_inputs
 
 
 def _time(fn, repeats: int) -> float:
@@ -60,8 +61,8 @@ def _env_config(env_id: str) -> EnvConfig:
 def make_training(run: RunConfig, lanes: int):
     """A blocking ``() -> None`` running all of ``run``'s updates for ``lanes`` vmapped seeds (compiled)."""
     algo = algos.make_algorithm(run)
-    keys = lane_keys(0, lanes)
-    start_loop = jax.jit(jax.vmap(partial(init_loop, algo)))(keys, lane_hparams(algo, lanes))
+    keys, hparams = lane_inputs(dataclasses.replace(run, num_seeds=lanes))
+    start_loop = jax.jit(jax.vmap(partial(init_loop, algo)))(keys, hparams)
     train = jax.jit(jax.vmap(partial(run_updates, algo), in_axes=(0, None, None)))
 
     def _train():
@@ -81,7 +82,7 @@ def training_rates(runs: dict[str, RunConfig], lanes: int, repeats: int) -> dict
             start = time.perf_counter()
             train()
             times[name].append(time.perf_counter() - start)
-    return {name: lanes * run.num_updates * run.algo.batch_env_steps() / statistics.median(times[name])
+    return {name: lanes * run.algo.num_updates(run.total_timesteps) * run.algo.batch_env_steps() / statistics.median(times[name])
             for name, run in runs.items()}
 
 

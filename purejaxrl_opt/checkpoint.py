@@ -30,6 +30,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from purejaxrl_opt.errors import ConfigError
+
 FORMAT = 1
 DIRNAME = "checkpoints"
 # keys of the run config that only affect the final evaluation, not the training state
@@ -254,3 +256,14 @@ def restore(run_dir: str | os.PathLike, expected_fingerprint: dict, loop_shape,
         raise CheckpointError(f"checkpoint {where} is corrupt: its update counters {counters.tolist()} "
                               f"are not {step}")
     return loop, step
+
+
+def check_resume_dir(resume: str) -> None:
+    """A run dir to continue must exist and hold at least one finished checkpoint (ConfigError)."""
+    if not os.path.isdir(resume):
+        raise ConfigError(f"config key 'resume' = {resume!r} is invalid: must be an existing run "
+                          "directory")
+    if not available_steps(resume):
+        raise ConfigError(f"config key 'resume' = {resume!r}: no checkpoint in "
+                          f"{checkpoint_dir(resume)} (a run writes checkpoints with "
+                          "checkpoint.every_updates=N, and its final one with checkpoint.final=true)")

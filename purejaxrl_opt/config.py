@@ -18,9 +18,21 @@ from typing import Any, ClassVar, Mapping
 
 import jax.numpy as jnp
 
+from purejaxrl_opt.errors import ConfigError
 
-class ConfigError(ValueError):
-    """A configuration value is unknown, of the wrong type, or out of range."""
+# token envs (purejaxrl_opt/token_envs.py); listed here so that validating a config needs no env module
+TOKEN_ENV_IDS: tuple[str, ...] = ("Addition-v0", "Reverse-v0")
+# MNISTBandit downloads MNIST at construction time: not usable offline, so not offered
+_EXCLUDED_ENVS = ("MNISTBandit-bsuite",)
+# Fisher-vector product forms (natural_gradient.make_fisher_vector_product)
+FVP_MODES: tuple[str, ...] = ("gauss_newton", "hessian")
+
+
+def supported_env_ids() -> tuple[str, ...]:
+    """Every env id a run may name: gymnax's registered envs (minus unusable ones) and the token envs."""
+    import gymnax
+
+    return tuple(e for e in gymnax.registered_envs if e not in _EXCLUDED_ENVS) + TOKEN_ENV_IDS
 
 
 # --------------------------------------------------------------------------- field checks
@@ -48,14 +60,6 @@ def one_of(key: str, value: str, choices: tuple[str, ...]) -> None:
     _check(value in choices, key, value, f"one of {list(choices)}")
 
 
-def check_section_keys(name: str, section: Mapping[str, Any], allowed) -> None:
-    """Refuse keys of config section ``name`` that are not in ``allowed``, listing the allowed ones."""
-    unknown = sorted(set(section) - set(allowed))
-    if unknown:
-        raise ConfigError(f"unknown config key '{name}.{unknown[0]}'; allowed keys of '{name}': "
-                          f"{sorted(allowed)}")
-
-
 # --------------------------------------------------------------------------- config sections
 @dataclass(frozen=True)
 class EnvConfig:
@@ -65,9 +69,7 @@ class EnvConfig:
     params: Mapping[str, Any] = field(default_factory=dict)  # overrides of gymnax EnvParams fields
 
     def validate(self, prefix: str) -> None:
-        from purejaxrl_opt import envs  # local: envs imports gymnax, config must stay light
-
-        one_of(f"{prefix}.id", self.id, envs.SUPPORTED_ENVS)
+        one_of(f"{prefix}.id", self.id, supported_env_ids())
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,11 @@ class AlgoConfig:
         """Env steps consumed by one update (an upper bound for episode-based algorithms)."""
         raise NotImplementedError
 
+    def num_updates(self, total_timesteps: int, episode_limit: int = 0) -> int:
+        """Updates this algorithm runs in ``total_timesteps`` env steps per agent, on an env whose
+        episodes are cut at ``episode_limit`` steps (0 = no limit)."""
+        raise NotImplementedError
+
     def validate(self, prefix: str, run: "RunConfig") -> None:
         raise NotImplementedError
 
@@ -126,6 +133,10 @@ class _ActorCriticConfig(AlgoConfig):
 
     def batch_env_steps(self) -> int:
         return self.num_envs * self.num_steps
+
+    def num_updates(self, total_timesteps: int, episode_limit: int = 0) -> int:
+        """Whole ``num_envs x num_steps`` batches that fit in the budget (at least one)."""
+        return max(total_timesteps // self.batch_env_steps(), 1)
 
     def _validate_rollout(self, prefix: str, run: "RunConfig") -> None:
         positive(f"{prefix}.num_envs", self.num_envs)
@@ -189,7 +200,6 @@ class TRPOConfig(_ActorCriticConfig):
     SWEEPABLE: ClassVar[tuple[str, ...]] = (
         "gamma", "gae_lambda", "max_kl", "cg_damping", "backtrack_coeff", "critic_lr",
         "critic_max_grad_norm")
-    FVP_MODES: ClassVar[tuple[str, ...]] = ("gauss_newton", "hessian")
 
     def validate(self, prefix: str, run: "RunConfig") -> None:
         self._validate_rollout(prefix, run)
@@ -198,7 +208,7 @@ class TRPOConfig(_ActorCriticConfig):
         non_negative(f"{prefix}.cg_damping", self.cg_damping)
         unit_interval(f"{prefix}.backtrack_coeff", self.backtrack_coeff, open_low=True, open_high=True)
         positive(f"{prefix}.max_backtracks", self.max_backtracks)
-        one_of(f"{prefix}.fvp", self.fvp, self.FVP_MODES)
+        one_of(f"{prefix}.fvp", self.fvp, FVP_MODES)
         unit_interval(f"{prefix}.fvp_subsample", self.fvp_subsample, open_low=True)
         _check(int(self.batch_env_steps() * self.fvp_subsample) >= 1, f"{prefix}.fvp_subsample",
                self.fvp_subsample, "large enough to keep at least one sample")
@@ -245,12 +255,21 @@ class GRPOConfig(AlgoConfig):
     GROUPINGS: ClassVar[tuple[str, ...]] = ("same_start", "unrelated")
 
     def batch_env_steps(self) -> int:
-        """Worst case of one update when ``max_episode_steps`` is set (else per step of the limit).
-
-        The env's episode limit is not known here: grpo.make_algorithm derives ``num_updates`` from
-        it (RunConfig.num_updates is not used for GRPO) and checks the budget against it.
-        """
+        """Worst case of one update when ``max_episode_steps`` is set (else per step of the limit)."""
         return self.num_groups * self.group_size * max(self.max_episode_steps, 1)
+
+    def rollout_length(self, episode_limit: int) -> int:
+        """``T``: ``max_episode_steps``, else the env's own episode limit."""
+        length = self.max_episode_steps or episode_limit
+        _check(length > 0, f"{self.name}.max_episode_steps", self.max_episode_steps,
+               "> 0 on an env without an episode limit (GRPO rolls whole episodes without auto-reset)")
+        return length
+
+    def num_updates(self, total_timesteps: int, episode_limit: int = 0) -> int:
+        """``max_updates``, else ``total_timesteps // (num_groups * group_size * T)``: every update
+        charged as full-length episodes, so no lane can exceed the budget."""
+        worst_case = self.num_groups * self.group_size * self.rollout_length(episode_limit)
+        return self.max_updates or total_timesteps // worst_case
 
     def validate(self, prefix: str, run: "RunConfig") -> None:
         positive(f"{prefix}.num_groups", self.num_groups)
@@ -308,16 +327,155 @@ class RunConfig:
         self.network.validate("network")
         self.algo.validate(self.algo.name, self)
 
+
+# --------------------------------------------------------------------------- sections around the run
+@dataclass(frozen=True)
+class ProgressConfig:
+    mode: str = "auto"  # auto (bar on a terminal, lines otherwise) | bar | lines | off
+    chunks: int = 10  # jitted chunks the training runs as, so progress can be shown
+
+    MODES: ClassVar[tuple[str, ...]] = ("auto", "bar", "lines", "off")
+
+    def validate(self, prefix: str = "progress") -> None:
+        one_of(f"{prefix}.mode", self.mode, self.MODES)
+        _check(self.chunks >= 1, f"{prefix}.chunks", self.chunks, "an int >= 1")
+
     @property
-    def num_updates(self) -> int:
-        """Updates that fit in ``total_timesteps`` (episode-based algos: an upper-bound batch)."""
-        return max(self.total_timesteps // self.algo.batch_env_steps(), 1)
+    def num_chunks(self) -> int:
+        """Chunks the runner splits training into (one when nothing is shown)."""
+        return self.chunks if self.mode != "off" else 1
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    every_updates: int = 0  # save every N updates (0 = never)
+    final: bool = True  # save after the last update (what `purejaxrl_opt.evaluate` loads)
+    keep: int | None = None  # keep only the newest K checkpoints (None = all)
+
+    def validate(self, prefix: str = "checkpoint") -> None:
+        _check(self.every_updates >= 0, f"{prefix}.every_updates", self.every_updates,
+               "an int >= 0 (0 = no periodic checkpoints)")
+        _check(self.keep is None or self.keep >= 1, f"{prefix}.keep", self.keep, "null or an int >= 1")
+
+    @property
+    def enabled(self) -> bool:
+        return self.every_updates > 0 or self.final
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    lanes: str = "auto"  # auto: shard lanes over the devices when there is more than one | off
+    data: int = 1  # devices per agent (data parallel); 1 = none
+    # several processes (jax.distributed); null = from the environment (JAX_* or SLURM variables)
+    coordinator: str | None = None
+    num_processes: int | None = None
+    process_id: int | None = None
+    init_timeout_s: float = 60.0
+
+    LANE_MODES: ClassVar[tuple[str, ...]] = ("auto", "off")
+
+    def validate(self, prefix: str = "parallel") -> None:
+        one_of(f"{prefix}.lanes", self.lanes, self.LANE_MODES)
+        _check(self.data >= 1, f"{prefix}.data", self.data, "an int >= 1 (devices per agent)")
+        _check(self.init_timeout_s > 0, f"{prefix}.init_timeout_s", self.init_timeout_s,
+               "a number > 0 (seconds)")
+
+
+@dataclass(frozen=True)
+class LoggerConfig:
+    kind: str = "console"  # none | console | wandb
+    # wandb only
+    project: str = "purejaxrl_opt"
+    entity: str | None = None
+    mode: str = "offline"
+    group: str | None = None
+    tags: tuple[str, ...] | None = None
+    dir: str | None = None
+    name: str | None = None
+    offline_fallback: bool = False
+
+    KINDS: ClassVar[tuple[str, ...]] = ("none", "console", "wandb")
+    WANDB_MODES: ClassVar[tuple[str, ...]] = ("online", "offline", "disabled")
+
+    def validate(self, prefix: str = "logger") -> None:
+        one_of(f"{prefix}.kind", self.kind, self.KINDS)
+        one_of(f"{prefix}.mode", self.mode, self.WANDB_MODES)
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """The raw ``sweep`` section; :func:`purejaxrl_opt.sweep.plan_from_config` checks it against the
+    algorithm and expands it into lanes."""
+
+    vmap: Mapping[str, Any] | None = None  # {key: [values]}
+    mode: str = "grid"  # grid | zip
+    random: Mapping[str, Any] | None = None  # {key: {low, high, log}}
+    num_samples: int = 8
+    seed: int = 0
+
+    def validate(self, prefix: str = "sweep") -> None:
+        pass  # the values need the algorithm: sweep.plan_from_config
+
+
+def parse_section(cls: type, section: Mapping[str, Any] | None, name: str):
+    """Build and validate section ``name`` (a dataclass with ``validate(prefix)``) from a mapping."""
+    if isinstance(section, cls):
+        return section
+    parsed = build_section(cls, dict(section or {}), name)
+    parsed.validate(name)
+    return parsed
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a training run is given, parsed and checked once (``python -m purejaxrl_opt.train``)."""
+
+    run: RunConfig
+    progress: ProgressConfig
+    checkpoint: CheckpointConfig
+    resume: str | None  # a run dir with at least one checkpoint
+    parallel: ParallelConfig
+    logger: LoggerConfig
+    sweep: SweepConfig
+
+
+# keys consumed outside the training function (logging, output, launch), each a section type
+OUTER_SECTIONS: dict[str, type] = {"progress": ProgressConfig, "checkpoint": CheckpointConfig,
+                                   "parallel": ParallelConfig, "logger": LoggerConfig,
+                                   "sweep": SweepConfig}
+
+
+def _raw(cfg: Any) -> dict:
+    from omegaconf import DictConfig, OmegaConf
+
+    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+
+
+def parse_parallel(cfg: Any) -> ParallelConfig:
+    """Only the ``parallel`` section: read before JAX starts (jax.distributed needs to come first)."""
+    return parse_section(ParallelConfig, _raw(cfg).get("parallel"), "parallel")
+
+
+def parse_settings(cfg: Any) -> Settings:
+    """Validate a composed Hydra config into :class:`Settings`; every error is a ConfigError."""
+    from purejaxrl_opt import checkpoint
+
+    raw = _raw(cfg)
+    run = from_dictconfig(raw)
+    sections = {name: parse_section(cls, raw.get(name), name) for name, cls in OUTER_SECTIONS.items()}
+    resume = raw.get("resume")
+    if resume is not None:
+        _check(isinstance(resume, str), "resume", resume, "an existing run directory")
+        checkpoint.check_resume_dir(resume)
+    return Settings(run=run, resume=resume, **sections)
 
 
 # --------------------------------------------------------------------------- building
 def _coerce(key: str, value: Any, annotation: Any) -> Any:
     """Check ``value`` against a dataclass field annotation (as a string) and coerce it."""
     ann = str(annotation)
+    if ann.endswith(" | None") and ann != "str | None":
+        return None if value is None else _coerce(key, value, ann[:-len(" | None")])
     if ann == "bool":
         _check(isinstance(value, bool), key, value, "a bool (true/false)")
         return value
@@ -334,6 +492,10 @@ def _coerce(key: str, value: Any, annotation: Any) -> Any:
     if ann == "str | None":
         _check(value is None or isinstance(value, str), key, value, "a string or null")
         return value
+    if ann.startswith("tuple[str"):
+        _check(isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value), key, value,
+               "a list of strings")
+        return tuple(value)
     if ann.startswith("tuple[int"):
         _check(isinstance(value, (list, tuple)) and all(
             isinstance(v, int) and not isinstance(v, bool) for v in value), key, value, "a list of ints")
@@ -358,9 +520,7 @@ def build_section(cls: type, values: Mapping[str, Any], prefix: str):
 
 def from_dictconfig(cfg: Any) -> RunConfig:
     """Validate a composed Hydra config (``DictConfig`` or plain dict) into a :class:`RunConfig`."""
-    from omegaconf import DictConfig, OmegaConf
-
-    raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    raw = _raw(cfg)
     run_keys = {f.name for f in dataclasses.fields(RunConfig)}
     # keys consumed outside the training function (logging, output, launch)
     outer_keys = {"logger", "hydra", "progress", "checkpoint", "resume", "sweep", "parallel", "out_dir"}

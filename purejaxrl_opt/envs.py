@@ -15,19 +15,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-# MNISTBandit downloads MNIST at construction time: not usable offline, so not offered.
-_EXCLUDED = ("MNISTBandit-bsuite",)
+from purejaxrl_opt.config import supported_env_ids
+from purejaxrl_opt.errors import ConfigError
 
-
-def _registered() -> tuple[str, ...]:
-    import gymnax
-
-    from purejaxrl_opt.token_envs import TOKEN_ENVS
-
-    return tuple(e for e in gymnax.registered_envs if e not in _EXCLUDED) + TOKEN_ENVS
-
-
-SUPPORTED_ENVS: tuple[str, ...] = _registered()
+SUPPORTED_ENVS: tuple[str, ...] = supported_env_ids()
 
 
 @dataclass(frozen=True)
@@ -42,10 +33,6 @@ class EnvSpec:
     action_high: tuple[float, ...] | None
     max_steps: int  # episode limit (time-limit truncation)
     vocab: tuple[str, ...] | None = None  # token envs (token_envs.py): the token strings; else None
-
-    @property
-    def is_image(self) -> bool:
-        return len(self.obs_shape) == 3
 
 
 def make(env_id: str, params_overrides: dict[str, Any] | None = None):
@@ -67,8 +54,6 @@ def make(env_id: str, params_overrides: dict[str, Any] | None = None):
     if overrides:
         unknown = sorted(set(overrides) - set(env_params.__dataclass_fields__))
         if unknown:
-            from purejaxrl_opt.config import ConfigError
-
             raise ConfigError(f"unknown config key 'env.params.{unknown[0]}' for {env_id}; allowed: "
                               f"{sorted(env_params.__dataclass_fields__)}")
         env_params = env_params.replace(**overrides)
@@ -116,10 +101,20 @@ def obs_norm_init(obs_shape: tuple[int, ...]) -> ObsNormState:
     return ObsNormState(jnp.zeros(obs_shape), jnp.ones(obs_shape), jnp.asarray(1e-4))
 
 
-def obs_norm_update(state: ObsNormState, batch: jnp.ndarray) -> ObsNormState:
-    """Merge a batch ``[B, *obs_shape]`` into the running statistics (Chan et al. parallel update)."""
+def obs_norm_update(state: ObsNormState, batch: jnp.ndarray, mask: jnp.ndarray | None = None) -> ObsNormState:
+    """Merge a batch ``[..., *obs_shape]`` into the running statistics (Chan et al. parallel update).
+
+    ``mask [...]`` (bool, optional): merge only the unmasked observations (episode padding excluded).
+    """
     batch = batch.reshape((-1,) + state.mean.shape).astype(jnp.float32)
-    batch_mean, batch_var, batch_count = batch.mean(0), batch.var(0), batch.shape[0]
+    if mask is None:
+        batch_mean, batch_var, batch_count = batch.mean(0), batch.var(0), batch.shape[0]
+    else:
+        weights = mask.reshape(-1).astype(jnp.float32)
+        weights_b = weights.reshape((-1,) + (1,) * len(state.mean.shape))
+        batch_count = jnp.maximum(weights.sum(), 1.0)
+        batch_mean = jnp.sum(batch * weights_b, 0) / batch_count
+        batch_var = jnp.sum(weights_b * (batch - batch_mean) ** 2, 0) / batch_count
     delta = batch_mean - state.mean
     total = state.count + batch_count
     mean = state.mean + delta * batch_count / total

@@ -32,9 +32,6 @@ NEEDS_PYGAME = ("Acrobot-v1", "CartPole-v1", "Pendulum-v1", "MountainCar-v0", "M
 def load(run_dir: str | Path, step: int | None = None, episodes: int | None = None,
          deterministic: bool | None = None):
     """``(run, algo, plan, lanes, loop, step)`` of a run dir's checkpoint (host arrays)."""
-    import jax
-    import jax.numpy as jnp
-
     from purejaxrl_opt import algos, checkpoint, sweep
     from purejaxrl_opt.config import from_dictconfig
     from purejaxrl_opt.runner import loop_shape
@@ -49,58 +46,38 @@ def load(run_dir: str | Path, step: int | None = None, episodes: int | None = No
     plan = sweep.SweepPlan.from_dict(manifest["fingerprint"]["sweep"])
     algo = algos.make_algorithm(run)
     lanes = sweep.lanes(run, plan)
-    keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray([lane.seed for lane in lanes], jnp.uint32))
-    hparams = {k: jnp.asarray(v) for k, v in sweep.lane_hparams(run, plan).items()}
+    keys, hparams = sweep.lane_inputs(run, plan)
     shape = loop_shape(algo, keys, hparams)
     loop, step = checkpoint.restore(run_dir, checkpoint.fingerprint(run, plan, shape), shape, step)
     return run, algo, plan, lanes, loop, step
 
 
 def evaluate_returns(algo, loop):
-    """``[lanes, eval_episodes]`` returns of every lane's policy (jitted, vmapped over lanes)."""
+    """``[lanes, eval_episodes]`` returns of every lane's policy (jitted, vmapped over lanes): the
+    training run's final evaluation (:func:`purejaxrl_opt.evaluation.final_returns`)."""
     import jax
     import numpy as np
 
-    from purejaxrl_opt.algos.base import evaluate_loop
+    from purejaxrl_opt import evaluation
 
-    return np.asarray(jax.jit(jax.vmap(partial(evaluate_loop, algo)))(loop))
+    return np.asarray(jax.jit(jax.vmap(partial(evaluation.final_returns, algo)))(loop))
 
 
 def play_episode(algo, loop, lane: int, deterministic: bool = True):
-    """States and cumulative rewards of one episode of ``lane``'s policy (host loop, jitted step)."""
+    """States and cumulative rewards of one episode of ``lane``'s policy, for rendering."""
     import jax
     import numpy as np
 
-    from purejaxrl_opt import envs
+    from purejaxrl_opt import evaluation
 
     state = jax.tree_util.tree_map(lambda x: x[lane], loop.algo_state)
-    actor_params, obs_norm = algo.policy(state)
-    env, env_params, spec, dist = algo.env, algo.env_params, algo.spec, algo.dist
-
-    @jax.jit
-    def _step(key, env_state, obs):
-        action_key, env_key = jax.random.split(key)
-        dist_params = algo.actor_fn(actor_params, envs.obs_norm_apply(obs_norm, obs[None]))
-        action = (dist.mode(dist_params) if deterministic else dist.sample(action_key, dist_params))[0]
-        # step_env: no auto-reset, so the last frame is the episode's end, not a fresh start
-        obs, env_state, reward, terminated, _ = env.step_env(
-            env_key, env_state, envs.to_env_action(spec, action, algo.run.env.clip_actions), env_params)
-        truncated = env.is_truncated(env_state, env_params)
-        return obs, env_state, reward, jax.numpy.logical_or(terminated, truncated)
-
     key = jax.random.fold_in(loop.eval_key[lane], 7)
-    key, reset_key = jax.random.split(key)
-    obs, env_state = env.reset(reset_key, env_params)
-    states, rewards = [env_state], []
-    limit = spec.max_steps if spec.max_steps > 0 else 10_000
-    for _ in range(limit):
-        key, step_key = jax.random.split(key)
-        obs, env_state, reward, done = _step(step_key, env_state, obs)
-        rewards.append(float(reward))
-        if bool(done):
-            break
-        states.append(env_state)
-    return states[:len(rewards)], np.cumsum(rewards)
+    states, rewards, done = jax.jit(partial(evaluation.episode_states, algo,
+                                            deterministic=deterministic))(state, key)
+    done = np.asarray(done)
+    length = int(np.argmax(done)) + 1 if done.any() else done.shape[0]
+    return ([jax.tree_util.tree_map(lambda x, i=i: x[i], states) for i in range(length)],
+            np.cumsum(np.asarray(rewards, np.float64)[:length]))
 
 
 def _gym_frames(env_id: str, env_params, states) -> list:
@@ -170,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.episodes is not None and args.episodes < 1:
         parser.error("--episodes must be >= 1")
 
-    import purejaxrl_opt.train  # noqa: F401 - the same XLA flags as training, set before JAX starts
+    from purejaxrl_opt.xla_flags import set_default_xla_flags
+
+    set_default_xla_flags()  # the same XLA flags as training, before JAX starts
     from purejaxrl_opt.checkpoint import CheckpointError
     from purejaxrl_opt.config import ConfigError
 

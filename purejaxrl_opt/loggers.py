@@ -9,7 +9,7 @@ yet written or undefined); ``lanes`` are :class:`purejaxrl_opt.sweep.Lane` (seed
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 import math
 import os
 import sys
@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from purejaxrl_opt.config import ConfigError
+from purejaxrl_opt.config import LoggerConfig, parse_section
+from purejaxrl_opt.errors import ConfigError
 
 
 class Sink:
@@ -50,7 +51,7 @@ class Console(Sink):
         print(text, end=end, file=self.stream, flush=True)
 
     def start(self, run, algo, out_dir, lanes=None, plan=None, start_update=0):
-        from purejaxrl_opt.runner import describe_device
+        from purejaxrl_opt.artifacts import describe_device
 
         configs = f"{plan.num_configs} config(s) ({plan.mode} over {', '.join(plan.keys)}) x " if plan else ""
         self._print(f"[purejaxrl_opt] {run.algo.name} on {run.env.id}: {configs}{run.num_seeds} seed(s) "
@@ -132,7 +133,7 @@ class WandB(Sink):
     def start(self, run, algo, out_dir, lanes=None, plan=None, start_update=0):
         import wandb
 
-        from purejaxrl_opt.runner import config_dict
+        from purejaxrl_opt.artifacts import config_dict
         from purejaxrl_opt.sweep import lanes as make_lanes
 
         kwargs = {k: v for k, v in self.kwargs.items() if v is not None}
@@ -204,25 +205,18 @@ def _has_wandb_credentials() -> bool:
         return False
 
 
-def make_loggers(cfg: dict, progress: str) -> list[Sink]:
-    """Sinks from the ``logger`` config section: ``kind`` is none | console | wandb.
+def make_loggers(cfg: LoggerConfig | dict | None, progress: str) -> list[Sink]:
+    """Sinks from the ``logger`` config section (:class:`purejaxrl_opt.config.LoggerConfig`, or its
+    mapping): ``kind`` is none | console | wandb.
 
     ``none`` still prints the start, compile and final lines (so a run says where its results are),
     but no progress and no external logger.
     """
-    cfg = dict(cfg or {})
-    kind = cfg.pop("kind", "console")
-    if kind == "none":
+    cfg = parse_section(LoggerConfig, cfg, "logger")
+    if cfg.kind == "none":
         return [Console("off")]
-    if kind == "console":
+    if cfg.kind == "console":
         return [Console(progress)]
-    if kind == "wandb":
-        allowed = sorted(inspect.signature(WandB.__init__).parameters)[:]
-        allowed.remove("self")
-        unknown = sorted(set(cfg) - set(allowed))
-        if unknown:
-            raise ConfigError(f"unknown config key 'logger.{unknown[0]}'; allowed keys of 'logger' "
-                              f"(wandb): {['kind'] + allowed}")
-        return [Console(progress), WandB(**cfg)]
-    raise ConfigError(f"config key 'logger.kind' = {kind!r} is invalid: must be one of "
-                      "['none', 'console', 'wandb']")
+    wandb_args = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "kind"}
+    wandb_args["tags"] = list(cfg.tags) if cfg.tags is not None else None
+    return [Console(progress), WandB(**wandb_args)]

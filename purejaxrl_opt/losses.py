@@ -53,9 +53,16 @@ def k3_kl(log_prob: jnp.ndarray, log_prob_ref: jnp.ndarray) -> jnp.ndarray:
     return jnp.expm1(log_ratio) - log_ratio
 
 
-def normalize(x: jnp.ndarray, eps: float = 1e-8, axis_name=None) -> jnp.ndarray:
+def normalize(x: jnp.ndarray, eps: float = 1e-8, axis_name=None, mask=None) -> jnp.ndarray:
     """Zero mean, unit std. With ``axis_name`` (data parallel, equal shard sizes on every device) the
-    mean and std are those of the union of all devices' ``x``, via ``lax.pmean``."""
+    mean and std are those of the union of all devices' ``x``, via ``lax.pmean``. With ``mask`` (same
+    shape, bool) the statistics are those of the unmasked elements, and masked elements become 0."""
+    if mask is not None:
+        weights = mask.astype(jnp.float32)
+        count = jnp.maximum(weights.sum(), 1.0)
+        mean = jnp.sum(x * weights) / count
+        std = jnp.sqrt(jnp.sum(weights * (x - mean) ** 2) / count)
+        return jnp.where(mask, (x - mean) / (std + eps), 0.0)
     if axis_name is None:
         return (x - x.mean()) / (x.std() + eps)
     import jax
@@ -63,3 +70,21 @@ def normalize(x: jnp.ndarray, eps: float = 1e-8, axis_name=None) -> jnp.ndarray:
     mean = jax.lax.pmean(x.mean(), axis_name)
     var = jax.lax.pmean(jnp.mean(jnp.square(x - mean)), axis_name)
     return (x - mean) / (jnp.sqrt(var) + eps)
+
+
+def masked_reduce(values: jnp.ndarray, mask: jnp.ndarray, loss_norm: str) -> jnp.ndarray:
+    """Reduce per-step ``values [E, T]`` over unmasked steps (``mask [E, T]`` bool).
+
+    ``sequence``: per-episode mean (``1/|o_i|``), then mean over episodes (GRPO's paper);
+    ``token``: sum over all unmasked steps / their number (DAPO);
+    ``constant``: sum / ``(E * T)`` (Dr. GRPO: no length normalisation).
+    """
+    values = jnp.where(mask, values, 0.0)
+    weights = mask.astype(jnp.float32)
+    if loss_norm == "sequence":
+        return jnp.mean(values.sum(-1) / jnp.maximum(weights.sum(-1), 1.0))
+    if loss_norm == "token":
+        return values.sum() / jnp.maximum(weights.sum(), 1.0)
+    if loss_norm == "constant":
+        return values.sum() / values.size
+    raise ValueError(f"unknown loss_norm {loss_norm!r}")

@@ -18,11 +18,11 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from purejaxrl_opt.config import FVP_MODES  # one definition, validated in config
 from purejaxrl_opt.distributions import DistParams, Distribution
 
 DistFn = Callable[[jnp.ndarray], DistParams]  # theta [P] -> dist params with batch shape [B]
 MatVec = Callable[[jnp.ndarray], jnp.ndarray]  # v [P] -> A v [P]
-FVP_MODES = ("gauss_newton", "hessian")
 
 
 def _num_samples(dist_params: DistParams) -> int:
@@ -77,12 +77,6 @@ def make_fisher_vector_product(dist_fn: DistFn, dist: Distribution, theta: jnp.n
     if mode == "hessian":
         return kl_hessian_fvp(dist_fn, dist, theta)
     raise ValueError(f"unknown Fisher-vector product mode {mode!r}; choose one of {FVP_MODES}")
-
-
-def fisher_vector_product(dist_fn: DistFn, dist: Distribution, theta: jnp.ndarray, v: jnp.ndarray,
-                          mode: str = "gauss_newton") -> jnp.ndarray:
-    """One product ``F v [P]`` at ``theta [P]`` (see :func:`make_fisher_vector_product`)."""
-    return make_fisher_vector_product(dist_fn, dist, theta, mode)(v)
 
 
 # --------------------------------------------------------------------------- conjugate gradient
@@ -185,7 +179,7 @@ def trust_region_step(theta_old: jnp.ndarray,
     ``objective_fn(theta) -> (L(theta), mean KL(pi_old || pi_theta))`` on the batch, ``fvp`` the
     Fisher-vector product at ``theta_old``. Solves ``(F + damping I) x = g`` (``g = grad L``) by CG,
     scales it to the trust-region boundary of the quadratic KL model,
-    ``full_step = sqrt(2 max_kl / x^T F x) x``, and backtracks. A step whose ``x^T F x`` is not a
+    ``full_step = sqrt(2 max_kl / x^T (F + damping I) x) x``, and backtracks. A step whose curvature is not a
     positive finite number (or whose ``x`` or ``L(theta_old)`` is not finite) is rejected before the
     line search and counted in ``nan_steps``: the parameters are then returned unchanged.
 
@@ -203,7 +197,9 @@ def trust_region_step(theta_old: jnp.ndarray,
     else:
         surrogate_old, grad = jax.value_and_grad(lambda theta: objective_fn(theta)[0])(theta_old)
     direction, cg_residual = conjugate_gradient(fvp, grad, cg_iters, cg_damping)
-    curvature = jnp.vdot(direction, fvp(direction))
+    # the curvature of the matrix CG solved with, x^T (F + damping I) x (Schulman's reference TRPO):
+    # the full step then lies inside the quadratic KL model's boundary rather than on it
+    curvature = jnp.vdot(direction, fvp(direction) + cg_damping * direction)
     valid = (jnp.isfinite(curvature) & (curvature > 0) & jnp.all(jnp.isfinite(direction))
              & jnp.isfinite(surrogate_old))
     scale = jnp.sqrt(2.0 * max_kl / jnp.where(valid, curvature, 1.0))

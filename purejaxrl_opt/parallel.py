@@ -27,31 +27,18 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from purejaxrl_opt.config import ConfigError, check_section_keys  # light: importing this module starts no JAX backend
+# light: importing this module starts no JAX backend
+from purejaxrl_opt.config import ParallelConfig, parse_section
+from purejaxrl_opt.errors import ConfigError
 
 LANES, DATA = "lanes", "data"
-LANE_MODES = ("auto", "off")
+# the parallel config section (config.py): lanes, data, and the jax.distributed settings
+ParallelSettings = ParallelConfig
 
 
-@dataclass(frozen=True)
-class ParallelSettings:
-    lanes: str = "auto"  # auto: shard lanes over the devices when there is more than one | off
-    data: int = 1  # devices per agent (data parallel); 1 = none
-
-
-def settings_from_config(section: dict | None) -> ParallelSettings:
-    section = dict(section or {})
-    allowed = {"lanes", "data", "coordinator", "num_processes", "process_id", "init_timeout_s"}
-    check_section_keys("parallel", section, allowed)
-    lanes = section.get("lanes", "auto")
-    if lanes not in LANE_MODES:
-        raise ConfigError(f"config key 'parallel.lanes' = {lanes!r} is invalid: must be one of "
-                          f"{list(LANE_MODES)}")
-    data = section.get("data", 1)
-    if not isinstance(data, int) or isinstance(data, bool) or data < 1:
-        raise ConfigError(f"config key 'parallel.data' = {data!r} is invalid: must be an int >= 1 "
-                          "(devices per agent)")
-    return ParallelSettings(lanes, data)
+def settings_from_config(section: dict | ParallelConfig | None) -> ParallelSettings:
+    """The ``parallel`` section, parsed and checked (config.ParallelConfig)."""
+    return parse_section(ParallelConfig, section, "parallel")
 
 
 def _divisors_hint(n: int, limit: int = 6) -> str:
@@ -219,15 +206,12 @@ def initialize_distributed(section: dict | None) -> dict | None:
     process). CPU processes talk through gloo collectives."""
     import os
 
-    section = dict(section or {})
-    coordinator = section.get("coordinator") or os.environ.get("JAX_COORDINATOR_ADDRESS")
-    num = section.get("num_processes") or os.environ.get("JAX_NUM_PROCESSES")
-    pid = section.get("process_id")
+    settings = settings_from_config(section)
+    coordinator = settings.coordinator or os.environ.get("JAX_COORDINATOR_ADDRESS")
+    num = settings.num_processes or os.environ.get("JAX_NUM_PROCESSES")
+    pid = settings.process_id
     pid = pid if pid is not None else os.environ.get("JAX_PROCESS_ID")
-    timeout = section.get("init_timeout_s", 60)
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
-        raise ConfigError(f"config key 'parallel.init_timeout_s' = {timeout!r} is invalid: must be "
-                          "a number > 0 (seconds)")
+    timeout = settings.init_timeout_s
     slurm = int(os.environ.get("SLURM_NTASKS", "1") or 1) > 1 and "SLURM_JOB_ID" in os.environ
     if coordinator is None and num is None and not slurm:
         return None
@@ -272,7 +256,8 @@ def sharded_functions(layout: Layout, algo, keys, hparams, data_algo=None):
     """``(init, updates, evaluate, loop_specs, global_loop_shape)``: the runner's three lane-vmapped
     functions as ``shard_map``s over ``layout.mesh`` (not yet jitted). ``algo`` gives the Loop's
     structure; ``data_algo`` (built with ``axis_name="data"``) runs when ``layout.data > 1``."""
-    from purejaxrl_opt.algos.base import evaluate_loop, init_loop, run_updates
+    from purejaxrl_opt import evaluation
+    from purejaxrl_opt.algos.base import init_loop, run_updates
 
     run_algo = data_algo if data_algo is not None else algo
     template = jax.eval_shape(jax.vmap(partial(init_loop, algo)), keys, hparams)
@@ -280,5 +265,5 @@ def sharded_functions(layout: Layout, algo, keys, hparams, data_algo=None):
     init = wrap(layout, jax.vmap(partial(init_loop, run_algo)), (P(LANES), P(LANES)), specs)
     updates = wrap(layout, jax.vmap(partial(run_updates, run_algo), in_axes=(0, None, None)),
                    (specs, P(), P()), specs)
-    evaluate = wrap(layout, jax.vmap(partial(evaluate_loop, run_algo)), (specs,), P(LANES))
+    evaluate = wrap(layout, jax.vmap(partial(evaluation.final_returns, run_algo)), (specs,), P(LANES))
     return init, updates, evaluate, specs, jax.eval_shape(init, keys, hparams)

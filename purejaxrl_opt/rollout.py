@@ -144,39 +144,6 @@ def gae(rewards: jnp.ndarray, values: jnp.ndarray, next_values: jnp.ndarray, ter
     return advantages, advantages + values
 
 
-def evaluate(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn: ActorFn, actor_params,
-             obs_norm: ObsNormState | None, key: jax.Array, num_episodes: int, deterministic: bool,
-             clip_actions: bool = True) -> jnp.ndarray:
-    """Play ``num_episodes`` complete episodes in parallel; returns their returns ``[num_episodes]``.
-
-    Runs a ``while_loop`` until every episode has ended (or the env's step limit, as a guard).
-    """
-    reset_key, loop_key = jax.random.split(key)
-    carry = reset_carry(env, env_params, reset_key, num_episodes)
-    step_env = jax.vmap(env.step, in_axes=(0, 0, 0, None))
-    limit = spec.max_steps if spec.max_steps > 0 else 100_000
-
-    def _cond(loop):
-        t, _, _, alive, _, _ = loop
-        return jnp.logical_and(t < limit, jnp.any(alive))
-
-    def _body(loop):
-        t, env_state, obs, alive, returns, key = loop
-        key, action_key, env_key = jax.random.split(key, 3)
-        dist_params = actor_fn(actor_params, envs.obs_norm_apply(obs_norm, obs))
-        action = dist.mode(dist_params) if deterministic else dist.sample(action_key, dist_params)
-        obs, env_state, reward, terminated, truncated, _ = step_env(
-            jax.random.split(env_key, num_episodes), env_state,
-            envs.to_env_action(spec, action, clip_actions), env_params)
-        returns = returns + jnp.where(alive, reward.astype(jnp.float32), 0.0)
-        alive = jnp.logical_and(alive, jnp.logical_not(jnp.logical_or(terminated, truncated)))
-        return t + 1, env_state, obs, alive, returns, key
-
-    init = (jnp.zeros((), jnp.int32), carry.env_state, carry.obs, jnp.ones((num_episodes,), bool),
-            jnp.zeros((num_episodes,), jnp.float32), loop_key)
-    return jax.lax.while_loop(_cond, _body, init)[4]
-
-
 # =====================================================================================================
 # group rollouts (GRPO)
 # =====================================================================================================

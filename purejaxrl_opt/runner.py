@@ -12,26 +12,23 @@ chunking, with or without checkpoints, and after a resume (tested).
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 import os
-import platform
-import sys
-import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from purejaxrl_opt import algos, checkpoint, sweep
-from purejaxrl_opt.algos.base import Algorithm, Loop, evaluate_loop, init_loop, run_updates
-from purejaxrl_opt.config import RunConfig
+from purejaxrl_opt.artifacts import (make_summary, memory_report, plot_learning_curve, write_json_atomic,
+                                     write_metrics_csv)
+from purejaxrl_opt import evaluation
+from purejaxrl_opt.algos.base import Algorithm, Loop, init_loop, run_updates
+from purejaxrl_opt.config import CheckpointConfig, RunConfig
 from purejaxrl_opt.networks import count_params
 
 
@@ -42,24 +39,8 @@ class RunResult:
     eval_returns: np.ndarray  # [lanes, eval_episodes]
 
 
-@dataclass(frozen=True)
-class CheckpointSettings:
-    every_updates: int = 0  # save every N updates (0 = never)
-    final: bool = True  # save after the last update (what `purejaxrl_opt.evaluate` loads)
-    keep: int | None = None  # keep only the newest K checkpoints (None = all)
-
-    @property
-    def enabled(self) -> bool:
-        return self.every_updates > 0 or self.final
-
-
-def lane_keys(seed: int, num_seeds: int) -> jax.Array:
-    return jax.vmap(jax.random.PRNGKey)(jnp.arange(seed, seed + num_seeds, dtype=jnp.uint32))
-
-
-def lane_hparams(algo: Algorithm, num_lanes: int) -> dict:
-    return jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (num_lanes,) + x.shape),
-                                  algo.default_hparams())
+# the checkpoint config section (config.py)
+CheckpointSettings = CheckpointConfig
 
 
 def loop_shape(algo: Algorithm, keys, hparams) -> Loop:
@@ -87,7 +68,7 @@ class Compiled:
         shape = loop_shape(algo, keys, hparams)
         self.updates = jax.jit(jax.vmap(partial(run_updates, algo), in_axes=(0, None, None))).lower(
             shape, jnp.int32(0), jnp.int32(1)).compile()
-        self.evaluate = jax.jit(jax.vmap(partial(evaluate_loop, algo))).lower(shape).compile()
+        self.evaluate = jax.jit(jax.vmap(partial(evaluation.final_returns, algo))).lower(shape).compile()
         self.seconds = time.perf_counter() - start
 
     def _compile_sharded(self, algo, keys, hparams, data_algo) -> None:
@@ -213,8 +194,7 @@ def execute(run: RunConfig, out_dir: str | os.PathLike, loggers=(), num_chunks: 
     layout = par.make_layout(parallel if parallel is not None else par.ParallelSettings(), run,
                              len(lanes))
     data_algo = algos.make_algorithm(run, env, axis_name=par.DATA) if layout.data > 1 else None
-    keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray([lane.seed for lane in lanes], jnp.uint32))
-    hparams = {k: jnp.asarray(v) for k, v in sweep.lane_hparams(run, plan).items()}
+    keys, hparams = sweep.lane_inputs(run, plan)
     shape = loop_shape(algo, keys, hparams)  # global shapes, the same with or without a layout
     checkpoints = checkpoints or CheckpointSettings(every_updates=0, final=False)
     fingerprint = checkpoint.fingerprint(run, plan, shape)
@@ -241,8 +221,8 @@ def execute(run: RunConfig, out_dir: str | os.PathLike, loggers=(), num_chunks: 
         for logger in loggers:
             logger.progress(metrics, updates_done, algo.num_updates, seconds, start_update=start_update)
 
-    evaluation = {k: getattr(run, k) for k in checkpoint.EVAL_ONLY_KEYS}  # defaults of the evaluate CLI
-    saver = (checkpoint.Checkpointer(out_dir, fingerprint, checkpoints.keep, {"evaluation": evaluation})
+    eval_defaults = {k: getattr(run, k) for k in checkpoint.EVAL_ONLY_KEYS}  # defaults of the evaluate CLI
+    saver = (checkpoint.Checkpointer(out_dir, fingerprint, checkpoints.keep, {"evaluation": eval_defaults})
              if checkpoints.enabled and main else None)
     multi_process = jax.process_count() > 1
 
@@ -272,7 +252,7 @@ def execute(run: RunConfig, out_dir: str | os.PathLike, loggers=(), num_chunks: 
     summary["memory"] = memory_report(compiled)
     token_examples = None
     if algo.spec.vocab is not None:
-        token_stats, token_examples = token_evaluation(algo, _to_host(loop))
+        token_stats, token_examples = evaluation.token_accuracy(algo, _to_host(loop))
         summary.update(token_stats)
     if not main:
         return RunResult(summary, loop, eval_returns)
@@ -280,191 +260,7 @@ def execute(run: RunConfig, out_dir: str | os.PathLike, loggers=(), num_chunks: 
         (out_dir / "examples.txt").write_text(token_examples)
     write_metrics_csv(out_dir / "metrics.csv", run, metrics, hparams, lanes=lanes, plan=plan)
     write_json_atomic(out_dir / "summary.json", summary)
-    _plot_learning_curve(out_dir, summary, metrics)
+    plot_learning_curve(out_dir, summary, metrics)
     for logger in loggers:
         logger.finish(summary, metrics, out_dir)
     return RunResult(summary, loop, eval_returns)
-
-
-def memory_report(compiled: Compiled) -> dict:
-    """Memory of the compiled update function by XLA's own accounting (all lanes; ``update_total_bytes``
-    = arguments + outputs + temporaries - aliased, an upper bound of what it holds live at once) and
-    the process's peak resident set size so far, in bytes."""
-    import resource
-
-    report = {}
-    try:
-        stats = compiled.updates.memory_analysis()
-        report.update(update_argument_bytes=int(stats.argument_size_in_bytes),
-                      update_output_bytes=int(stats.output_size_in_bytes),
-                      update_temp_bytes=int(stats.temp_size_in_bytes),
-                      update_alias_bytes=int(stats.alias_size_in_bytes))
-        report["update_total_bytes"] = (report["update_argument_bytes"] + report["update_output_bytes"]
-                                        + report["update_temp_bytes"] - report["update_alias_bytes"])
-    except Exception:  # noqa: BLE001 - not every backend reports it
-        pass
-    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
-    report["process_max_rss_bytes"] = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale)
-    return report
-
-
-def token_evaluation(algo: Algorithm, loop: Loop) -> tuple[dict, str]:
-    """Held-out accuracy of every lane's final policy (greedy and sampled answers to the same
-    ``eval_episodes`` test-split prompts) and a text of example answers (lane 0, greedy)."""
-    from purejaxrl_opt.algos.base import token_generations
-    from purejaxrl_opt.token_envs import format_answers
-
-    def _lane(loop: Loop):
-        actor_params, _ = algo.policy(loop.algo_state)
-        greedy = token_generations(algo, actor_params, loop.eval_key, greedy=True)
-        sampled = token_generations(algo, actor_params, loop.eval_key, greedy=False)
-        return greedy, sampled.correct
-
-    greedy, sampled_correct = jax.tree_util.tree_map(np.asarray, jax.jit(jax.vmap(_lane))(loop))
-    per_lane = greedy.correct.mean(axis=1)
-    per_lane_sampled = sampled_correct.mean(axis=1)
-    stats = {"eval_accuracy": float(per_lane.mean()),
-             "eval_accuracy_per_seed": [float(x) for x in per_lane],
-             "eval_accuracy_sampled": float(per_lane_sampled.mean()),
-             "eval_accuracy_sampled_per_seed": [float(x) for x in per_lane_sampled],
-             "eval_prompts": int(greedy.correct.shape[1]), "eval_split": "test"}
-    lines = ["# held-out (test-split) prompts and the greedy answers of lane 0's final policy"]
-    lines += format_answers(greedy.obs[0, 0], greedy.action[0].T, greedy.lengths[0], greedy.correct[0],
-                            32)
-    return stats, "\n".join(lines) + "\n"
-
-
-def _plot_learning_curve(out_dir: Path, summary: dict, metrics: dict) -> None:
-    from purejaxrl_opt import report
-
-    try:
-        report.plot_learning_curves(report.groups_from_run(summary, metrics), out_dir / "learning_curve.png")
-    except Exception as error:  # noqa: BLE001 - a plot must never cost a finished run its results
-        print(f"[purejaxrl_opt] could not plot the learning curve: {error}")
-
-
-def _aggregate(per_seed: np.ndarray) -> dict:
-    n = per_seed.shape[0]
-    std = float(per_seed.std(ddof=1)) if n > 1 else 0.0
-    return {"final_return_mean": float(per_seed.mean()), "final_return_std": std,
-            "final_return_ci95": float(1.96 * std / math.sqrt(n)) if n > 1 else 0.0}
-
-
-def make_summary(run: RunConfig, algo: Algorithm, metrics: dict, eval_returns: np.ndarray,
-                 compile_seconds: float, run_seconds: float, num_params: int,
-                 lanes: list | None = None, plan: sweep.SweepPlan | None = None,
-                 start_update: int = 0, parallel_layout: dict | None = None) -> dict:
-    """``final_return_*`` aggregate every lane; with a sweep, ``sweep.configs`` has them per config."""
-    per_lane = eval_returns.mean(axis=1)
-    env_steps = metrics["env_steps"][:, -1]  # cumulative, per lane
-    # a resumed run's timing covers only the updates this process ran
-    steps_before = metrics["env_steps"][:, start_update - 1] if start_update > 0 else 0.0
-    summary = {
-        "algo": run.algo.name,
-        "env": run.env.id,
-        "seed": run.seed,
-        "num_seeds": run.num_seeds,
-        "seeds": list(range(run.seed, run.seed + run.num_seeds)),
-        "total_timesteps": run.total_timesteps,
-        "num_updates": algo.num_updates,
-        "env_steps": int(env_steps.mean()),
-        "env_steps_per_seed": [int(x) for x in env_steps],  # per lane
-        **_aggregate(per_lane),
-        "final_return_per_seed": [float(x) for x in per_lane],  # per lane
-        "eval_episodes": run.eval_episodes,
-        "eval_deterministic": run.eval_deterministic,
-        "compile_seconds": round(compile_seconds, 3),
-        "run_seconds": round(run_seconds, 3),
-        # all lanes together, compile excluded
-        "env_steps_per_second": float(np.sum(env_steps - steps_before) / max(run_seconds, 1e-9)),
-        "num_params": num_params,
-        "hparams": {k: getattr(run.algo, k) for k in run.algo.SWEEPABLE},
-        "num_lanes": int(per_lane.shape[0]),
-        "resumed_from_update": start_update,
-        "config": config_dict(run),
-        "device": describe_device(),
-        "parallel": parallel_layout,
-        "jax_version": jax.__version__,
-        "host": platform.node(),
-    }
-    if plan is not None:
-        lanes = lanes or sweep.lanes(run, plan)
-        configs = []
-        for index, values in enumerate(plan.configs):
-            members = [lane.index for lane in lanes if lane.config == index]
-            configs.append({"config": index, "values": dict(values), **_aggregate(per_lane[members]),
-                            "final_return_per_seed": [float(per_lane[m]) for m in members],
-                            "env_steps_per_seed": [int(env_steps[m]) for m in members]})
-        summary["sweep"] = {**plan.to_dict(), "num_configs": plan.num_configs,
-                            "lanes": [{"lane": lane.index, "config": lane.config, "seed": lane.seed,
-                                       **lane.values} for lane in lanes],
-                            "configs": configs}
-    return summary
-
-
-def describe_device() -> str:
-    devices = jax.devices()
-    return f"{len(devices)}x {devices[0].device_kind} ({devices[0].platform})"
-
-
-def write_metrics_csv(path: Path, run: RunConfig, metrics: dict, hparams: dict,
-                      lanes: list | None = None, plan: sweep.SweepPlan | None = None) -> None:
-    """One row per (lane, update), lane-major; swept hyperparameter values per lane go in extra
-    columns (named like the hyperparameter, e.g. ``lr``; the values as given in the sweep)."""
-    names = ["env_steps"] + sorted(k for k in metrics if k != "env_steps")
-    lanes_n, num_updates = metrics["env_steps"].shape
-    if plan is not None:
-        lanes = lanes or sweep.lanes(run, plan)
-        swept = list(plan.hparam_names)
-        hp = {name: [lane.values[key] for lane in lanes] for name, key in zip(swept, plan.keys)}
-        seeds = [lane.seed for lane in lanes]
-    else:
-        swept = sorted(k for k, v in hparams.items() if np.unique(np.asarray(v)).size > 1)
-        hp = {k: [float(x) for x in np.asarray(hparams[k])] for k in swept}
-        seeds = [lane.seed for lane in lanes] if lanes else [run.seed + i for i in range(lanes_n)]
-
-    def _rows():
-        for lane in range(lanes_n):
-            for update in range(num_updates):
-                yield ([seeds[lane], update] + [_fmt(hp[k][lane]) for k in swept]
-                       + [_fmt(metrics[n][lane, update]) for n in names])
-
-    with _atomic(path) as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["seed", "update"] + swept + names)
-        writer.writerows(_rows())
-
-
-def _fmt(x: float) -> Any:
-    x = float(x)
-    return "" if math.isnan(x) else (int(x) if x.is_integer() and abs(x) < 2**53 else f"{x:.6g}")
-
-
-class _atomic:
-    """Write a text file via a temp file + rename: readers never see a half-written file."""
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-
-    def __enter__(self):
-        fd, self.tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
-        self.handle = os.fdopen(fd, "w", newline="")
-        return self.handle
-
-    def __exit__(self, exc_type, *_):
-        self.handle.close()
-        if exc_type is None:
-            os.chmod(self.tmp, 0o644)
-            os.replace(self.tmp, self.path)
-        else:
-            os.unlink(self.tmp)
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    with _atomic(path) as handle:
-        json.dump(data, handle, indent=2)
-        handle.write("\n")
-
-
-def config_dict(run: RunConfig) -> dict:
-    return asdict(run)

@@ -16,20 +16,15 @@ vocabulary or buffer length before anything is compiled.
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from purejaxrl_opt.config import (ConfigError, EnvConfig, NetworkConfig, build_section, non_negative,
                                   positive)
-
-CHECKPOINT_KIND = "purejaxrl_opt.sft_policy"
-
+# the checkpoint format lives with the models (RL runs load it with init_from)
+from purejaxrl_opt.pretrained import CHECKPOINT_KIND, NETWORK_KEYS, load_policy, save_checkpoint  # noqa: F401
 
 @dataclass(frozen=True)
 class SFTConfig:
@@ -202,72 +197,6 @@ def make_sft_train(policy, prompts, actions, answer_len, cfg: SFTConfig, log_eve
     return train
 
 
-# --------------------------------------------------------------------------- checkpoints
-def save_checkpoint(path: Path, params, meta: dict) -> None:
-    """``path/params.msgpack`` + ``path/meta.json``, written to a temp dir then renamed (atomic)."""
-    from flax import serialization
-
-    tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    (tmp / "params.msgpack").write_bytes(serialization.to_bytes(params))
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
-    shutil.rmtree(path, ignore_errors=True)
-    os.replace(tmp, path)
-
-
-def _checkpoint_path(path: str) -> Path:
-    p = Path(path)
-    if (p / "checkpoint" / "meta.json").is_file():
-        return p / "checkpoint"
-    if (p / "meta.json").is_file():
-        return p
-    raise ConfigError(f"config key 'init_from' = {path!r} is invalid: must be an SFT run dir or its "
-                      "checkpoint dir (python -m purejaxrl_opt.sft writes <run dir>/checkpoint/)")
-
-
-NETWORK_KEYS = ("kind", "d_model", "num_layers", "num_heads", "mlp_ratio")
-
-
-def load_policy(path: str, net: NetworkConfig, spec) -> Any:
-    """Policy params of an SFT checkpoint, after checking it fits this run (ConfigError otherwise)."""
-    import jax
-    import numpy as np
-    from flax import serialization
-
-    from purejaxrl_opt.policies import make_policy
-
-    if spec.vocab is None:
-        raise ConfigError(f"config key 'init_from' needs a token env; {spec.env_id} is not one")
-    ckpt = _checkpoint_path(path)
-    meta = json.loads((ckpt / "meta.json").read_text())
-    if meta.get("kind") != CHECKPOINT_KIND:
-        raise ConfigError(f"config key 'init_from' = {path!r}: not an SFT policy checkpoint "
-                          f"(kind {meta.get('kind')!r})")
-    diffs = [f"network.{k}: checkpoint has {meta['network'].get(k)!r}, this run has {getattr(net, k)!r}"
-             for k in NETWORK_KEYS if meta["network"].get(k) != getattr(net, k)]
-    if diffs:
-        raise ConfigError(f"config key 'init_from' = {path!r}: the checkpoint is another architecture: "
-                          + "; ".join(diffs))
-    if tuple(meta["vocab"]) != tuple(spec.vocab):
-        raise ConfigError(f"config key 'init_from' = {path!r}: vocabulary mismatch: checkpoint "
-                          f"{meta['vocab']}, env {spec.env_id} {list(spec.vocab)}")
-    if meta["max_len"] != spec.obs_shape[0] or meta["num_actions"] != spec.num_actions:
-        raise ConfigError(f"config key 'init_from' = {path!r}: the checkpoint has token buffer "
-                          f"max_len={meta['max_len']} and {meta['num_actions']} actions; env "
-                          f"{spec.env_id} has max_len={spec.obs_shape[0]} (env.params.max_len) and "
-                          f"{spec.num_actions}")
-    policy = make_policy(spec, net)
-    template = jax.eval_shape(policy.init, jax.random.PRNGKey(0))
-    target = jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), template)
-    params = serialization.from_bytes(target, (ckpt / "params.msgpack").read_bytes())
-    for want, got in zip(jax.tree_util.tree_leaves(target), jax.tree_util.tree_leaves(params)):
-        if np.shape(want) != np.shape(got):
-            raise ConfigError(f"config key 'init_from' = {path!r}: parameter shapes differ from this "
-                              "run's network")
-    return jax.tree_util.tree_map(jax.numpy.asarray, params)
-
-
 # --------------------------------------------------------------------------- the run
 def run_sft(env_cfg: EnvConfig, net: NetworkConfig, cfg: SFTConfig, seed: int, out_dir: str | Path,
             log=print) -> dict:
@@ -278,7 +207,7 @@ def run_sft(env_cfg: EnvConfig, net: NetworkConfig, cfg: SFTConfig, seed: int, o
     from purejaxrl_opt import envs, rollout
     from purejaxrl_opt.distributions import Categorical
     from purejaxrl_opt.policies import make_policy
-    from purejaxrl_opt.runner import write_json_atomic
+    from purejaxrl_opt.artifacts import write_json_atomic
 
     cfg.validate()
     env_cfg.validate("env")
@@ -382,6 +311,8 @@ def _main():
 
 
 if __name__ == "__main__":
-    from purejaxrl_opt.train import _default_xla_flags  # noqa: F401  (sets CPU compile flags)
+    from purejaxrl_opt.xla_flags import set_default_xla_flags
+
+    set_default_xla_flags()
 
     _main()

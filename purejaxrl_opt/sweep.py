@@ -24,7 +24,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from purejaxrl_opt.config import ConfigError, check_section_keys, RunConfig, hyperparameters, with_overrides
+from purejaxrl_opt.config import RunConfig, SweepConfig, hyperparameters, parse_section, with_overrides
+from purejaxrl_opt.errors import ConfigError
 
 MODES = ("grid", "zip")
 PREFIX = "algo."
@@ -93,6 +94,22 @@ def lane_hparams(run: RunConfig, plan: SweepPlan | None) -> dict:
                   for r in config_runs(run, plan)]
     return {name: np.repeat(np.stack([h[name] for h in per_config]), run.num_seeds, axis=0)
             for name in per_config[0]}
+
+
+def lane_keys(seeds):
+    """``[len(seeds)]`` PRNG keys, ``PRNGKey(seed)`` each: a lane trains with its seed's key."""
+    import jax
+    import jax.numpy as jnp
+
+    return jax.vmap(jax.random.PRNGKey)(jnp.asarray(list(seeds), jnp.uint32))
+
+
+def lane_inputs(run: RunConfig, plan: SweepPlan | None = None):
+    """``(keys [num_lanes], hparams {name: [num_lanes]})``: the lane-vmapped arguments of ``train``."""
+    import jax.numpy as jnp
+
+    return (lane_keys(lane.seed for lane in lanes(run, plan)),
+            {k: jnp.asarray(v) for k, v in lane_hparams(run, plan).items()})
 
 
 # --------------------------------------------------------------------------- parsing
@@ -184,24 +201,22 @@ def _random(spec: Mapping, num_samples: Any, seed: Any, run: RunConfig) -> Sweep
     return SweepPlan("random", keys, tuple({k: columns[k][i] for k in keys} for i in range(num_samples)))
 
 
-def plan_from_config(section: Mapping | None, run: RunConfig) -> SweepPlan | None:
+def plan_from_config(section: SweepConfig | Mapping | None, run: RunConfig) -> SweepPlan | None:
     """Validate the ``sweep`` config section; ``None`` when no in-compile sweep is asked for.
 
     Every config is validated as a full run config (e.g. a negative ``lr`` is refused), before
     anything is compiled.
     """
-    section = dict(section or {})
-    allowed = {"vmap", "mode", "random", "num_samples", "seed"}
-    check_section_keys("sweep", section, allowed)
-    mode = section.get("mode", "grid")
+    section = parse_section(SweepConfig, section, "sweep")
+    mode = section.mode
     if mode not in MODES:
         raise ConfigError(f"config key 'sweep.mode' = {mode!r} is invalid: must be one of {list(MODES)}")
-    vmap, random = section.get("vmap"), section.get("random")
+    vmap, random = section.vmap, section.random
     if vmap is not None and random is not None:
         raise ConfigError("config keys 'sweep.vmap' and 'sweep.random' are both set: choose one")
     if vmap is None and random is None:
         return None
     plan = (_grid(vmap, mode, run) if vmap is not None
-            else _random(random, section.get("num_samples", 8), section.get("seed", 0), run))
+            else _random(random, section.num_samples, section.seed, run))
     config_runs(run, plan)  # validates every config
     return plan

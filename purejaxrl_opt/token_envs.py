@@ -50,7 +50,8 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from purejaxrl_opt.config import ConfigError
+from purejaxrl_opt.config import TOKEN_ENV_IDS
+from purejaxrl_opt.errors import ConfigError
 
 # --------------------------------------------------------------------------- vocabulary
 VOCAB: tuple[str, ...] = ("<pad>", "<eos>", *(str(d) for d in range(10)), "+", "=")
@@ -59,7 +60,7 @@ DIGIT0 = 2  # digit d is token d + DIGIT0
 NUM_ACTIONS = len(VOCAB) - 1  # PAD is never emitted
 EOS_CHAR = "$"  # how decode() shows <eos>
 
-TOKEN_ENVS: tuple[str, ...] = ("Addition-v0", "Reverse-v0")
+TOKEN_ENVS: tuple[str, ...] = TOKEN_ENV_IDS
 
 
 def token_of_action(action):

@@ -38,14 +38,14 @@ def run_with_devices(code: str, devices: int = 4, timeout: int = 240) -> str:
 DATA_PARALLEL_PRELUDE = """
 import jax, numpy as np
 from jax.sharding import Mesh
-from purejaxrl_opt import algos, parallel, runner
+from purejaxrl_opt import algos, parallel, runner, sweep
 from purejaxrl_opt.config import PPOConfig, TRPOConfig
 from tests.conftest import small_run
 
 
 def train(run, data):
     algo, data_algo = algos.make_algorithm(run), algos.make_algorithm(run, axis_name="data")
-    keys, hparams = runner.lane_keys(0, 1), runner.lane_hparams(algo, 1)
+    keys, hparams = sweep.lane_inputs(run)
     devices = np.asarray(jax.devices()[:data], dtype=object).reshape(1, data)
     layout = parallel.Layout(Mesh(devices, ("lanes", "data")), 1, data)
     compiled = runner.Compiled(algo, keys, hparams, layout, data_algo)
@@ -60,7 +60,7 @@ def test_lane_sharding_gives_exactly_the_per_lane_results():
     out = run_with_devices("""
         import tempfile
         import jax, numpy as np
-        from purejaxrl_opt import algos, parallel, runner
+        from purejaxrl_opt import algos, parallel, runner, sweep
         from tests.conftest import small_run
         assert len(jax.devices()) == 4
         run = small_run(num_seeds=4, total_timesteps=2048, eval_episodes=2)
@@ -70,7 +70,7 @@ def test_lane_sharding_gives_exactly_the_per_lane_results():
         assert len(sharded.loop.algo_state.params["actor"]["params"]["Dense_0"]["kernel"]
                    .sharding.device_set) == 4
         train = jax.jit(jax.vmap(algos.make_train(run)))  # unsharded, one lane at a time
-        keys = runner.lane_keys(run.seed, run.num_seeds)
+        keys = sweep.lane_keys(range(run.seed, run.seed + run.num_seeds))
         for lane in range(4):
             ref = train(keys[lane:lane + 1])
             for name, values in ref.metrics.items():

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from purejaxrl_opt import algos, runner
+from purejaxrl_opt import algos, sweep
 from purejaxrl_opt.config import PPOConfig
 from tests.conftest import small_run
 
@@ -36,7 +36,7 @@ def test_chunked_runner_equals_single_jit_train_bitwise(cartpole_ppo_result):
     """The runner's chunked execution is exactly ``jax.jit(jax.vmap(train))`` (same numbers)."""
     run, result, _ = cartpole_ppo_result
     train = algos.make_train(run)
-    keys = runner.lane_keys(run.seed, run.num_seeds)
+    keys = sweep.lane_keys(range(run.seed, run.seed + run.num_seeds))
     out = jax.jit(jax.vmap(train))(keys)
     for name, values in out.metrics.items():
         np.testing.assert_array_equal(np.asarray(values), np.asarray(result.loop.metrics[name]),
@@ -49,7 +49,7 @@ def test_chunked_runner_equals_single_jit_train_bitwise(cartpole_ppo_result):
 def test_same_seed_same_numbers_and_lane_equals_single_seed_run():
     run = small_run(num_seeds=2, total_timesteps=2048, eval_episodes=2)
     train = jax.jit(jax.vmap(algos.make_train(run)))
-    keys = runner.lane_keys(run.seed, run.num_seeds)
+    keys = sweep.lane_keys(range(run.seed, run.seed + run.num_seeds))
     first, second = train(keys), train(keys)
     jax.tree_util.tree_map(np.testing.assert_array_equal, first.metrics, second.metrics)
     # lane 1 of seed=0,num_seeds=2 is the run with seed=1 (up to vmap's float reassociation)

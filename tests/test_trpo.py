@@ -39,7 +39,7 @@ def _tiny_policy(discrete: bool, seed: int = 0):
 def test_fvp_matches_explicit_fisher(discrete, mode):
     dist_fn, dist, theta = _tiny_policy(discrete)
     fisher = jax.jit(jax.hessian(ng.mean_kl_fn(dist_fn, dist, theta)))(theta)  # [P, P], explicit
-    fvp = jax.jit(lambda v: ng.fisher_vector_product(dist_fn, dist, theta, v, mode))
+    fvp = jax.jit(lambda v: ng.make_fisher_vector_product(dist_fn, dist, theta, mode)(v))
     vs = jax.random.normal(jax.random.PRNGKey(1), (4, theta.size))
     for v in vs:
         expected = fisher @ v
@@ -166,6 +166,32 @@ def test_trust_region_step_matches_closed_form():
     np.testing.assert_allclose(info.kl, 0.9 * max_kl, rtol=1e-3)
     np.testing.assert_allclose(info.expected_improvement, np.asarray(GRAD) @ step, rtol=1e-4)
     np.testing.assert_allclose(info.step_norm, np.linalg.norm(step), rtol=1e-4)
+
+
+def test_step_scale_uses_the_damped_curvature():
+    """With damping, CG solves (A + lambda I) x = g; the step is scaled by the curvature of that same
+    matrix, full step = sqrt(2 delta / x^T (A + lambda I) x) x (Schulman's reference TRPO), so the
+    quadratic KL model of the full step, 0.5 s^2 x^T A x, stays strictly inside delta."""
+    a = _random_spd(3, seed=4, cond=5.0)
+    a32 = jnp.asarray(a, jnp.float32)
+    damping, max_kl = 0.5, 0.02
+
+    def objective_fn(theta):
+        d = theta - THETA_OLD
+        return jnp.vdot(GRAD, d), 0.5 * jnp.vdot(d, a32 @ d)  # the quadratic KL model itself
+
+    theta, info = jax.jit(lambda t: ng.trust_region_step(
+        t, objective_fn, lambda v: a32 @ v, max_kl=max_kl, cg_iters=10, cg_damping=damping,
+        backtrack_coeff=0.8, max_backtracks=10))(THETA_OLD)
+    damped = a + damping * np.eye(3)
+    x = np.linalg.solve(damped, np.asarray(GRAD, np.float64))
+    step = np.sqrt(2 * max_kl / (x @ damped @ x)) * x
+    undamped_step = np.sqrt(2 * max_kl / (x @ a @ x)) * x
+    assert np.linalg.norm(undamped_step - step) > 0.1 * np.linalg.norm(step)  # the two forms differ
+    np.testing.assert_allclose(theta, np.asarray(THETA_OLD) + step, rtol=1e-4, atol=1e-6)
+    assert int(info.backtracks) == 0 and int(info.nan_steps) == 0
+    np.testing.assert_allclose(info.kl, max_kl * (x @ a @ x) / (x @ damped @ x), rtol=1e-3)
+    assert float(info.kl) < max_kl
 
 
 @pytest.mark.parametrize("case", ["nan_fvp", "nan_surrogate", "indefinite_fisher"])

@@ -207,11 +207,11 @@ def test_a_sweep_lane_is_the_run_with_those_values(sweep_run):
 
     from purejaxrl_opt import algos
     from purejaxrl_opt.algos.base import make_train
-    from purejaxrl_opt.runner import lane_keys
+    from purejaxrl_opt.sweep import lane_keys
 
     _, result, _ = sweep_run
     run = from_dictconfig(compose(TINY + ["algo.lr=0.0003", "algo.clip_eps=0.3"]))
-    separate = jax.jit(jax.vmap(make_train(algos.make_algorithm(run))))(lane_keys(run.seed, run.num_seeds))
+    separate = jax.jit(jax.vmap(make_train(algos.make_algorithm(run))))(lane_keys(range(run.seed, run.seed + run.num_seeds)))
     swept = {k: np.asarray(v)[2:] for k, v in result.loop.metrics.items()}
     np.testing.assert_array_equal(swept["return_mean"][:, 0], np.asarray(separate.metrics["return_mean"])[:, 0])
     for name in ("policy_loss", "value_loss", "approx_kl", "learning_rate"):

@@ -13,16 +13,26 @@ from purejaxrl_opt import envs
 from purejaxrl_opt.algos.base import Algorithm, TrainOutput, make_train as _make_train
 from purejaxrl_opt.config import RunConfig
 
-# module path per algorithm name; each module defines make_algorithm(run, env, env_params, spec)
-REGISTRY: dict[str, str] = {
-    "ppo": "purejaxrl_opt.algos.ppo",
-    "trpo": "purejaxrl_opt.algos.trpo",
-    "grpo": "purejaxrl_opt.algos.grpo",
+# (algo.name, observation kind) -> module defining make_algorithm(run, env, env_params, spec). "vector"
+# = gymnax envs (vector or image observations, rollouts with auto-reset); "token" = token envs
+# (whole-answer rollouts with a transformer policy). PPO on a token env is its own algorithm file
+# (a value transformer, GAE inside each answer), chosen here rather than inside ppo.py.
+REGISTRY: dict[tuple[str, str], str] = {
+    ("ppo", "vector"): "purejaxrl_opt.algos.ppo",
+    ("trpo", "vector"): "purejaxrl_opt.algos.trpo",
+    ("grpo", "vector"): "purejaxrl_opt.algos.grpo",
+    ("ppo", "token"): "purejaxrl_opt.algos.ppo_tokens",
+    ("grpo", "token"): "purejaxrl_opt.algos.grpo",
 }
-
-
-# algorithms whose make_algorithm accepts axis_name (data parallel inside shard_map)
+# algorithms that run on token envs
+TOKEN_ALGOS: frozenset[str] = frozenset(name for name, kind in REGISTRY if kind == "token")
+# (algo.name, kind) whose make_algorithm accepts axis_name (data parallel inside shard_map)
 DATA_PARALLEL: frozenset[str] = frozenset({"ppo", "trpo"})
+
+
+def env_kind(spec) -> str:
+    """``"token"`` for token envs, ``"vector"`` for every other env (the registry's second key)."""
+    return "token" if spec.vocab is not None else "vector"
 
 
 def make_env(run: RunConfig):
@@ -35,28 +45,22 @@ def make_algorithm(run: RunConfig, env: tuple | None = None, axis_name: str | No
 
     ``axis_name``: data parallel over that ``shard_map`` mesh axis (algorithms in ``DATA_PARALLEL``
     only); None = one device, unchanged numbers."""
-    if run.algo.name not in REGISTRY:
+    if run.algo.name not in {name for name, _ in REGISTRY}:
         raise ValueError(f"unknown algo '{run.algo.name}'; registered: {sorted(REGISTRY)}")
     env, env_params, spec = env if env is not None else make_env(run)
     check_env_fit(run, spec)
-    module = importlib.import_module(REGISTRY[run.algo.name])
-    if spec.vocab is not None and run.algo.name == "ppo":
-        module = importlib.import_module("purejaxrl_opt.algos.ppo_tokens")
+    module = importlib.import_module(REGISTRY[run.algo.name, env_kind(spec)])
     if axis_name is None:
         return module.make_algorithm(run, env, env_params, spec)
-    if run.algo.name not in DATA_PARALLEL or spec.vocab is not None:
+    if run.algo.name not in DATA_PARALLEL or env_kind(spec) != "vector":
         raise ValueError(f"algo '{run.algo.name}' has no data-parallel mode; supported: "
                          f"{sorted(DATA_PARALLEL)}")
     return module.make_algorithm(run, env, env_params, spec, axis_name=axis_name)
 
 
-# algorithms that run on token envs (whole-answer rollouts with a transformer policy)
-TOKEN_ALGOS: frozenset[str] = frozenset({"ppo", "grpo"})
-
-
 def check_env_fit(run: RunConfig, spec) -> None:
     """Refuse, before compiling, combinations of algorithm, env and network that cannot work."""
-    from purejaxrl_opt.config import ConfigError
+    from purejaxrl_opt.errors import ConfigError
     from purejaxrl_opt.policies import check_network
 
     check_network(run.network, spec)

@@ -6,7 +6,7 @@ turns it into
 * ``train(key, hparams=None) -> TrainOutput`` — the whole run as one traceable function
   (``jax.jit(train)(key)``; ``jax.vmap`` over keys and/or hyperparameters for seeds and sweeps);
 * the same run in pieces — :func:`init_loop`, :func:`run_updates` (traced bounds, so one compile
-  serves any chunk) and :func:`evaluate_loop` — used by the runner for progress and
+  serves any chunk) and :func:`purejaxrl_opt.evaluation.final_returns` — used by the runner for progress and
   checkpoints. ``train`` is exactly their composition.
 
 Per-update metrics are written into a preallocated ``[num_updates]`` buffer in the loop state, so the
@@ -22,11 +22,11 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from purejaxrl_opt import rollout
+from purejaxrl_opt import evaluation
 from purejaxrl_opt.config import RunConfig, hyperparameters
 from purejaxrl_opt.distributions import Distribution
 from purejaxrl_opt.envs import EnvSpec, eval_params
-from purejaxrl_opt.policies import as_policy
+from purejaxrl_opt.policies import Policy
 
 Hyperparameters = dict[str, jnp.ndarray]
 
@@ -38,7 +38,11 @@ class Algorithm:
     * ``init(key, hparams) -> state``
     * ``update(state, hparams, update_idx) -> (state, metrics)``; ``metrics`` holds scalars for every
       name in ``metric_names`` plus ``env_steps`` (env steps consumed by this update).
-    * ``policy(state) -> (actor_params, obs_norm_state_or_None)`` for evaluation.
+    * ``policy``: the policy network as a :class:`purejaxrl_opt.policies.Policy` bundle (``apply``
+      one observation at a time, ``start``/``advance`` acting through an episode with a carry,
+      ``episode_apply`` re-scoring whole episodes);
+    * ``policy_params(state) -> (actor_params, obs_norm_state_or_None)``: what ``policy`` is applied
+      with (evaluation, checkpoints' evaluate CLI).
     """
 
     run: RunConfig
@@ -46,22 +50,16 @@ class Algorithm:
     env_params: Any
     spec: EnvSpec
     dist: Distribution
-    actor_fn: Callable
+    policy: Policy
     init: Callable[[jax.Array, Hyperparameters], Any]
     update: Callable[[Any, Hyperparameters, jnp.ndarray], tuple[Any, dict]]
-    policy: Callable[[Any], tuple[Any, Any]]
+    policy_params: Callable[[Any], tuple[Any, Any]]
     metric_names: tuple[str, ...]
     num_updates: int
     param_fn: Callable[[Any], Any]  # state -> every trained parameter (for num_params, checkpoints)
-    # the policy as a purejaxrl_opt.policies.Policy (cached acting for transformers); None = actor_fn
-    policy_net: Any = None
 
     def default_hparams(self) -> Hyperparameters:
         return hyperparameters(self.run.algo)
-
-    @property
-    def acting_policy(self):
-        return as_policy(self.policy_net if self.policy_net is not None else self.actor_fn)
 
     @property
     def eval_env_params(self):
@@ -76,64 +74,6 @@ class Algorithm:
         if self.spec.vocab is not None:
             return ("eval_return", "eval_accuracy", "eval_accuracy_sampled")
         return ("eval_return",)
-
-
-@dataclass(frozen=True)
-class DataAxis:
-    """Collectives over an optional data-parallel ``shard_map`` axis (``name``); with ``name=None``
-    (one device) every method is the identity, so single-device numbers are untouched."""
-
-    name: str | None = None
-
-    def mean(self, x):
-        return x if self.name is None else jax.lax.pmean(x, self.name)
-
-    def sum(self, x):
-        return x if self.name is None else jax.lax.psum(x, self.name)
-
-    def device_key(self, key: jax.Array) -> jax.Array:
-        """A key of this device's own (per-device shuffles and subsets)."""
-        return key if self.name is None else jax.random.fold_in(key, jax.lax.axis_index(self.name))
-
-    def env_shard(self, num_envs: int):
-        """``(local num_envs, global_envs)`` of this device; ``global_envs`` for rollout.collect."""
-        if self.name is None:
-            return num_envs, None
-        local = num_envs // jax.lax.axis_size(self.name)
-        return local, (num_envs, jax.lax.axis_index(self.name) * local)
-
-    def gather_envs(self, x: jnp.ndarray) -> jnp.ndarray:
-        """``[T, N_local, ...]`` -> the global ``[T, N, ...]`` batch in single-device env order."""
-        return x if self.name is None else jax.lax.all_gather(x, self.name, axis=1, tiled=True)
-
-
-def minibatch_epochs(grad_fn, optimizer, flat_params, opt_state, batch, num_items: int,
-                     num_minibatches: int, epoch_keys: jax.Array, reduce_grads=lambda g: g,
-                     shuffle_key=lambda k: k):
-    """``len(epoch_keys)`` epochs of Adam steps over ``num_minibatches`` minibatches of ``batch``.
-
-    ``batch``: a pytree of ``[num_items, ...]`` leaves (samples, or whole episodes); every epoch
-    shuffles it with one gather and cuts it into contiguous minibatches. ``grad_fn(flat_params, mb)
-    -> (grads, diagnostics)`` on flat parameters; ``reduce_grads`` (data parallel: a ``pmean``) and
-    ``shuffle_key`` (per-device keys) default to the identity. Returns ``(flat_params, opt_state,
-    diagnostics [epochs, minibatches])``.
-    """
-
-    def _update_minibatch(train, mb):
-        flat_params, opt_state = train
-        grads, diagnostics = grad_fn(flat_params, mb)
-        updates, opt_state = optimizer.update(reduce_grads(grads), opt_state, flat_params)
-        return (flat_params + updates, opt_state), diagnostics
-
-    def _update_epoch(train, epoch_key):
-        order = jax.random.permutation(shuffle_key(epoch_key), num_items)
-        shuffled = jax.tree_util.tree_map(
-            lambda x: x[order].reshape((num_minibatches, -1) + x.shape[1:]), batch)
-        return jax.lax.scan(_update_minibatch, train, shuffled)
-
-    (flat_params, opt_state), diagnostics = jax.lax.scan(_update_epoch, (flat_params, opt_state),
-                                                         epoch_keys)
-    return flat_params, opt_state, diagnostics
 
 
 @struct.dataclass
@@ -182,7 +122,7 @@ def run_updates(algo: Algorithm, loop: Loop, start: jnp.ndarray | int, stop: jnp
             # a real branch under vmap: update_idx is shared by all lanes
             step_metrics.update(jax.lax.cond(
                 (update_idx + 1) % every == 0,
-                lambda: evaluate_metrics(algo, state, jax.random.fold_in(loop.eval_key, update_idx)),
+                lambda: evaluation.periodic_metrics(algo, state, jax.random.fold_in(loop.eval_key, update_idx)),
                 lambda: {n: jnp.full((), jnp.nan, jnp.float32) for n in eval_names}))
         metrics = {n: loop.metrics[n].at[update_idx].set(step_metrics[n].astype(jnp.float32))
                    for n in loop.metrics}
@@ -192,52 +132,12 @@ def run_updates(algo: Algorithm, loop: Loop, start: jnp.ndarray | int, stop: jnp
     return jax.lax.fori_loop(start, stop, _update_step, loop)
 
 
-def evaluate_loop(algo: Algorithm, loop: Loop) -> jnp.ndarray:
-    """Returns ``[eval_episodes]`` of the current policy (deterministic by default), inside jit.
-
-    Token envs: returns of ``eval_episodes`` held-out prompts (test split)."""
-    return evaluate_returns(algo, algo.policy(loop.algo_state), loop.eval_key)
-
-
-def evaluate_returns(algo: Algorithm, policy_state, key: jax.Array,
-                     deterministic: bool | None = None) -> jnp.ndarray:
-    actor_params, obs_norm = policy_state
-    run = algo.run
-    deterministic = run.eval_deterministic if deterministic is None else deterministic
-    if algo.spec.vocab is not None:
-        return token_generations(algo, actor_params, key, greedy=deterministic).returns
-    return rollout.evaluate(algo.env, algo.eval_env_params, algo.spec, algo.dist, algo.actor_fn,
-                            actor_params, obs_norm, key, run.eval_episodes, deterministic,
-                            run.env.clip_actions)
-
-
-def token_generations(algo: Algorithm, actor_params, key: jax.Array, greedy: bool,
-                      num_prompts: int | None = None) -> rollout.GroupBatch:
-    """One answer to each of ``num_prompts`` (default ``eval_episodes``) held-out prompts."""
-    return rollout.group_rollout(
-        algo.env, algo.eval_env_params, algo.spec, algo.dist, algo.acting_policy, actor_params, None,
-        key, num_prompts or algo.run.eval_episodes, 1, algo.spec.max_steps, False, greedy=greedy)
-
-
-def evaluate_metrics(algo: Algorithm, state, key: jax.Array) -> dict:
-    """The periodic evaluation: mean return; on token envs also greedy and sampled accuracy."""
-    if algo.spec.vocab is None:
-        return {"eval_return": evaluate_returns(algo, algo.policy(state), key).mean()}
-    actor_params, _ = algo.policy(state)
-    greedy_key, sampled_key = jax.random.split(key)
-    greedy = token_generations(algo, actor_params, greedy_key, greedy=True)
-    sampled = token_generations(algo, actor_params, sampled_key, greedy=False)
-    return {"eval_return": greedy.returns.mean(),
-            "eval_accuracy": greedy.correct.astype(jnp.float32).mean(),
-            "eval_accuracy_sampled": sampled.correct.astype(jnp.float32).mean()}
-
-
 def make_train(algo: Algorithm) -> Callable[..., TrainOutput]:
     """``train(key, hparams=None)``: init, all updates, final evaluation — one traceable function."""
 
     def train(key: jax.Array, hparams: Hyperparameters | None = None) -> TrainOutput:
         loop = init_loop(algo, key, hparams)
         loop = run_updates(algo, loop, 0, algo.num_updates)
-        return TrainOutput(loop, loop.metrics, evaluate_loop(algo, loop))
+        return TrainOutput(loop, loop.metrics, evaluation.final_returns(algo, loop))
 
     return train

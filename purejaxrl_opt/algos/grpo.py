@@ -27,12 +27,14 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from purejaxrl_opt import envs, losses, rollout
-from purejaxrl_opt.algos.base import Algorithm, minibatch_epochs
-from purejaxrl_opt.algos.ppo import adam
-from purejaxrl_opt.config import ConfigError, GRPOConfig, RunConfig
+from purejaxrl_opt.algos.base import Algorithm
+from purejaxrl_opt.config import GRPOConfig, RunConfig
 from purejaxrl_opt.distributions import for_spec
 from purejaxrl_opt.envs import EnvSpec
+from purejaxrl_opt.errors import ConfigError
+from purejaxrl_opt.optim import adam, minibatch_epochs
 from purejaxrl_opt.policies import Policy, as_policy, make_policy
+from purejaxrl_opt.pretrained import load_initial_actor
 
 METRICS = ("return_mean", "episode_length", "episodes", "kl_ref", "clip_frac", "approx_kl",
            "zero_spread_groups", "group_return_std", "entropy", "policy_loss", "learning_rate")
@@ -126,24 +128,6 @@ def _has_spread(values: jnp.ndarray, mask: jnp.ndarray | None = None) -> jnp.nda
 
 
 # --------------------------------------------------------------------------- loss (pure)
-def masked_reduce(values: jnp.ndarray, mask: jnp.ndarray, loss_norm: str) -> jnp.ndarray:
-    """Reduce per-step ``values [E, T]`` over unmasked steps.
-
-    ``sequence``: per-episode mean (``1/|o_i|``), then mean over episodes (the paper);
-    ``token``: sum over all unmasked steps / their number (DAPO);
-    ``constant``: sum / ``(E * T)`` (Dr. GRPO: no length normalisation).
-    """
-    values = jnp.where(mask, values, 0.0)
-    weights = mask.astype(jnp.float32)
-    if loss_norm == "sequence":
-        return jnp.mean(values.sum(-1) / jnp.maximum(weights.sum(-1), 1.0))
-    if loss_norm == "token":
-        return values.sum() / jnp.maximum(weights.sum(), 1.0)
-    if loss_norm == "constant":
-        return values.sum() / values.size
-    raise ValueError(f"unknown loss_norm {loss_norm!r}")
-
-
 def policy_objective(log_prob, log_prob_old, log_prob_ref, entropy, advantages, mask, hparams,
                      loss_norm: str) -> tuple[jnp.ndarray, dict]:
     """GRPO loss to minimise and diagnostics; every per-step argument is ``[E, T]``.
@@ -157,13 +141,13 @@ def policy_objective(log_prob, log_prob_old, log_prob_ref, entropy, advantages, 
     surrogate = losses.clipped_surrogate(log_prob, log_prob_old, advantages, eps, eps_high)
     kl_ref = losses.k3_kl(log_prob, log_prob_ref)
     per_step = surrogate - hparams["beta"] * kl_ref + hparams["ent_coef"] * entropy
-    loss = -masked_reduce(per_step, mask, loss_norm)
+    loss = -losses.masked_reduce(per_step, mask, loss_norm)
 
     def step_mean(x):
-        return masked_reduce(x, mask, "token")
+        return losses.masked_reduce(x, mask, "token")
 
     diagnostics = {
-        "policy_loss": -masked_reduce(surrogate, mask, loss_norm),
+        "policy_loss": -losses.masked_reduce(surrogate, mask, loss_norm),
         "kl_ref": step_mean(kl_ref),
         "entropy": step_mean(entropy),
         "approx_kl": step_mean(losses.approx_kl(log_prob, log_prob_old)),
@@ -204,28 +188,13 @@ def compute_advantages(cfg: GRPOConfig, rewards: jnp.ndarray, mask: jnp.ndarray,
     return advantages, outcomes, jnp.sum(~spread).astype(jnp.float32)
 
 
-def _masked_obs_norm_update(state: envs.ObsNormState, obs: jnp.ndarray, mask: jnp.ndarray):
-    """Merge the unmasked observations of ``obs [..., *obs_shape]`` (Chan et al. parallel update)."""
-    weights = mask.reshape(-1).astype(jnp.float32)
-    obs = obs.reshape((-1,) + state.mean.shape).astype(jnp.float32)
-    weights_b = weights.reshape((-1,) + (1,) * len(state.mean.shape))
-    count = jnp.maximum(weights.sum(), 1.0)
-    batch_mean = jnp.sum(obs * weights_b, 0) / count
-    batch_var = jnp.sum(weights_b * (obs - batch_mean) ** 2, 0) / count
-    delta = batch_mean - state.mean
-    total = state.count + count
-    m2 = state.var * state.count + batch_var * count + delta**2 * state.count * count / total
-    return envs.ObsNormState(state.mean + delta * count / total, m2 / total, total)
-
-
 # --------------------------------------------------------------------------- static checks
 def episode_limit(cfg: GRPOConfig, spec: EnvSpec) -> int:
     """Rollout length ``T``: ``max_episode_steps``, else the env's own episode limit."""
-    limit = cfg.max_episode_steps or spec.max_steps
-    if limit <= 0:
+    if cfg.max_episode_steps <= 0 and spec.max_steps <= 0:
         raise ConfigError(f"{spec.env_id} has no episode limit: set grpo.max_episode_steps > 0 "
                           "(GRPO rolls whole episodes without auto-reset)")
-    return limit
+    return cfg.rollout_length(spec.max_steps)
 
 
 def buffer_bytes(run: RunConfig, spec: EnvSpec, num_steps: int) -> int:
@@ -274,7 +243,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
     num_episodes = cfg.num_groups * cfg.group_size
     worst_case = num_episodes * num_steps
     budget_updates = run.total_timesteps // worst_case
-    num_updates = cfg.max_updates or budget_updates
+    num_updates = cfg.num_updates(run.total_timesteps, spec.max_steps)
     gated = num_updates > budget_updates  # some updates may find the budget spent
     loss_fn = make_loss_fn(policy, dist, cfg.loss_norm)
 
@@ -317,7 +286,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
             refresh = (update_idx + 1) % cfg.ref_update_every == 0
             ref_params = jax.tree_util.tree_map(lambda new, old: jnp.where(refresh, new, old),
                                                 params["actor"], ref_params)
-        obs_norm = (_masked_obs_norm_update(state.obs_norm, batch.obs, batch.mask)
+        obs_norm = (envs.obs_norm_update(state.obs_norm, batch.obs, batch.mask)
                     if state.obs_norm is not None else None)
         env_steps = batch.lengths.sum()
         metrics = {k: v.mean() for k, v in diagnostics.items()}
@@ -343,15 +312,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         return new_state, metrics
 
     return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=dist,
-                     actor_fn=policy.apply, init=init, update=update,
-                     policy=lambda s: (s.params["actor"], s.obs_norm), metric_names=METRICS,
-                     num_updates=num_updates, param_fn=lambda s: s.params, policy_net=policy)
+                     policy=policy, init=init, update=update,
+                     policy_params=lambda s: (s.params["actor"], s.obs_norm), metric_names=METRICS,
+                     num_updates=num_updates, param_fn=lambda s: s.params)
 
-
-def load_initial_actor(run: RunConfig, spec: EnvSpec):
-    """Actor params from ``run.init_from`` (checked against the run's network and env), else None."""
-    if run.init_from is None:
-        return None
-    from purejaxrl_opt import sft
-
-    return sft.load_policy(run.init_from, run.network, spec)

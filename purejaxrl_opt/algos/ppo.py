@@ -1,6 +1,8 @@
 """PPO (Schulman et al. 2017): clipped surrogate, GAE critic, minibatched Adam epochs.
 
-Only what is PPO lives here; rollout, GAE, networks, the loop and evaluation are shared.
+Only what is PPO lives here: the loss and the update's optimisation. The rollout, values, GAE and
+observation statistics are the shared actor-critic stage (actor_critic.py); the loop and evaluation are
+shared too.
 """
 
 from __future__ import annotations
@@ -8,16 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-import jax.numpy as jnp
-import optax
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from purejaxrl_opt import envs, losses, rollout
-from purejaxrl_opt.algos.base import Algorithm, DataAxis, minibatch_epochs
+from purejaxrl_opt.actor_critic import Transitions, make_stage
+from purejaxrl_opt.algos.base import Algorithm
 from purejaxrl_opt.config import PPOConfig, RunConfig
-from purejaxrl_opt.distributions import for_spec
-from purejaxrl_opt.networks import Actor, Critic
+from purejaxrl_opt.optim import adam, annealed, minibatch_epochs
+from purejaxrl_opt.policies import as_policy
 
 METRICS = ("return_mean", "episode_length", "episodes", "policy_loss", "value_loss", "entropy",
            "approx_kl", "clip_frac", "learning_rate")
@@ -32,25 +33,6 @@ class PPOState:
     key: jax.Array
 
 
-class Minibatch(struct.PyTreeNode):
-    obs: jnp.ndarray  # normalised, [B, *obs_shape]
-    action: jnp.ndarray
-    log_prob_old: jnp.ndarray  # [B]
-    value_old: jnp.ndarray  # [B]
-    advantages: jnp.ndarray  # [B]
-    returns: jnp.ndarray  # [B]
-
-
-def adam(hparams, learning_rate) -> optax.GradientTransformation:
-    """Adam with global-norm clipping; the rate is applied outside so it can be annealed or traced."""
-    return optax.chain(optax.clip_by_global_norm(hparams["max_grad_norm"]),
-                       optax.scale_by_adam(eps=1e-5), optax.scale(-learning_rate))
-
-
-def annealed(lr, update_idx, num_updates: int, anneal: bool):
-    return lr * (1.0 - update_idx / num_updates) if anneal else lr
-
-
 def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Algorithm:
     """PPO for ``run``. ``axis_name`` (default None: one device, bitwise the original numbers) makes it
     data parallel over that mapped axis (``shard_map``): each device steps ``num_envs / n`` of the
@@ -62,25 +44,18 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
     samples in all), and its gradient is the ``pmean`` of the local ones.
     """
     cfg: PPOConfig = run.algo
-    dist = for_spec(spec.discrete)
-    actor, critic = Actor(spec, run.network), Critic(spec, run.network)
-    num_updates = run.num_updates
-    global_batch_size = cfg.num_envs * cfg.num_steps
-
-    data = DataAxis(axis_name)
+    stage = make_stage(run, env, env_params, spec, axis_name)
+    actor, critic, dist, data = stage.actor, stage.critic, stage.dist, stage.data
+    num_updates = cfg.num_updates(run.total_timesteps)
 
     def init(key, hparams):
-        actor_key, critic_key, env_key, key = jax.random.split(key, 4)
-        dummy = jnp.zeros((1,) + spec.obs_shape, jnp.float32)
-        params = {"actor": actor.init(actor_key, dummy), "critic": critic.init(critic_key, dummy)}
+        parts = stage.init(key)
+        params = {"actor": parts.actor_params, "critic": parts.critic_params}
         # the optimizer works on one flat vector: one fused Adam update instead of one per leaf
         opt_state = adam(hparams, hparams["lr"]).init(ravel_pytree(params)[0])
-        obs_norm = envs.obs_norm_init(spec.obs_shape) if run.env.normalize_obs else None
-        num_envs, global_envs = data.env_shard(cfg.num_envs)
-        carry = rollout.reset_carry(env, env_params, env_key, num_envs, global_envs)
-        return PPOState(params, opt_state, carry, obs_norm, key)
+        return PPOState(params, opt_state, parts.env, parts.obs_norm, parts.key)
 
-    def loss_fn(params, mb: Minibatch, hparams):
+    def loss_fn(params, mb: Transitions, hparams):
         dist_params = actor.apply(params["actor"], mb.obs)
         log_prob = dist.log_prob(dist_params, mb.action)
         advantages = (losses.normalize(mb.advantages, axis_name=axis_name) if cfg.normalize_advantages
@@ -100,50 +75,25 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
 
     def update(state: PPOState, hparams, update_idx):
         key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
-        num_envs, global_envs = data.env_shard(cfg.num_envs)
-        batch_size = num_envs * cfg.num_steps  # this device's
-        carry, batch, stats = rollout.collect(
-            env, env_params, spec, dist, actor.apply, state.params["actor"], state.obs_norm,
-            state.env, rollout_key, cfg.num_steps, run.env.clip_actions, global_envs)
-        stats = jax.tree_util.tree_map(data.sum, stats)
-
-        obs = envs.obs_norm_apply(state.obs_norm, batch.obs)
-        values = critic.apply(state.params["critic"], obs)
-        next_values = critic.apply(state.params["critic"],
-                                   envs.obs_norm_apply(state.obs_norm, batch.final_obs))
-        advantages, returns = rollout.gae(batch.reward, values, next_values, batch.terminated,
-                                          batch.done, hparams["gamma"], hparams["gae_lambda"])
-        flat = jax.tree_util.tree_map(
-            lambda x: x.reshape((batch_size,) + x.shape[2:]),
-            Minibatch(obs, batch.action, batch.log_prob, values, advantages, returns))
-
+        experience = stage.experience(state.params["actor"], state.params["critic"], state.obs_norm,
+                                      state.env, rollout_key, hparams)
         learning_rate = annealed(hparams["lr"], update_idx, num_updates, cfg.anneal_lr)
-        optimizer = adam(hparams, learning_rate)
         flat_params, unravel = ravel_pytree(state.params)
         grad_fn = jax.grad(lambda flat, mb: loss_fn(unravel(flat), mb, hparams), has_aux=True)
-
         # equal local minibatch sizes: the pmean of the gradients is the global mean loss's; every
         # device shuffles its own shard
+        batch = experience.transitions
         flat_params, opt_state, diagnostics = minibatch_epochs(
-            grad_fn, optimizer, flat_params, state.opt_state, flat, batch_size, cfg.num_minibatches,
-            jax.random.split(shuffle_key, cfg.update_epochs), reduce_grads=data.mean,
-            shuffle_key=data.device_key)
-        params = unravel(flat_params)
+            grad_fn, adam(hparams, learning_rate), flat_params, state.opt_state, batch,
+            batch.advantages.shape[0], cfg.num_minibatches, jax.random.split(shuffle_key, cfg.update_epochs),
+            reduce_grads=data.mean, shuffle_key=data.device_key)
 
-        obs_norm = None
-        if state.obs_norm is not None:
-            # the global batch in single-device order, so the statistics are the same everywhere
-            obs_norm = envs.obs_norm_update(state.obs_norm, data.gather_envs(batch.obs))
         metrics = {k: data.mean(v.mean()) for k, v in diagnostics.items()}
-        metrics.update(return_mean=stats.return_mean(), episode_length=stats.length_mean(),
-                       episodes=stats.count, learning_rate=learning_rate,
-                       env_steps=jnp.asarray(global_batch_size, jnp.float32))
-        return PPOState(params, opt_state, carry, obs_norm, key), metrics
-
-    def param_fn(state: PPOState):
-        return state.params
+        metrics.update(stage.episode_metrics(experience.stats), learning_rate=learning_rate)
+        obs_norm = stage.next_obs_norm(state.obs_norm, experience.raw_obs)
+        return PPOState(unravel(flat_params), opt_state, experience.carry, obs_norm, key), metrics
 
     return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=dist,
-                     actor_fn=actor.apply, init=init, update=update,
-                     policy=lambda s: (s.params["actor"], s.obs_norm), metric_names=METRICS,
-                     num_updates=num_updates, param_fn=param_fn)
+                     policy=as_policy(actor.apply), init=init, update=update,
+                     policy_params=lambda s: (s.params["actor"], s.obs_norm), metric_names=METRICS,
+                     num_updates=num_updates, param_fn=lambda s: s.params)

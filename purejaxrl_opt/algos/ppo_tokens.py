@@ -24,12 +24,13 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from purejaxrl_opt import losses, rollout
-from purejaxrl_opt.algos.base import Algorithm, minibatch_epochs
-from purejaxrl_opt.algos.grpo import load_initial_actor, masked_reduce
-from purejaxrl_opt.algos.ppo import adam, annealed
-from purejaxrl_opt.config import ConfigError, PPOConfig, RunConfig
+from purejaxrl_opt.algos.base import Algorithm
+from purejaxrl_opt.config import PPOConfig, RunConfig
 from purejaxrl_opt.distributions import for_spec
+from purejaxrl_opt.errors import ConfigError
+from purejaxrl_opt.optim import adam, annealed, minibatch_epochs
 from purejaxrl_opt.policies import make_policy, make_value
+from purejaxrl_opt.pretrained import load_initial_actor
 
 METRICS = ("return_mean", "episode_length", "episodes", "policy_loss", "value_loss", "entropy",
            "approx_kl", "clip_frac", "kl_ref", "learning_rate")
@@ -67,14 +68,6 @@ def episode_gae(rewards, values, mask, gamma, gae_lambda):
     return jnp.where(mask, adv.T, 0.0), jnp.where(mask, ret.T, 0.0)
 
 
-def masked_normalize(x, mask, eps: float = 1e-8):
-    weights = mask.astype(jnp.float32)
-    count = jnp.maximum(weights.sum(), 1.0)
-    mean = jnp.sum(x * weights) / count
-    std = jnp.sqrt(jnp.sum(weights * (x - mean) ** 2) / count)
-    return jnp.where(mask, (x - mean) / (std + eps), 0.0)
-
-
 def transplant(source, target):
     """``target`` with every leaf replaced by ``source``'s where the shapes agree (a critic body
     initialised from the policy's; the heads differ in shape and keep their own init)."""
@@ -96,7 +89,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
     dist = for_spec(spec.discrete)
     policy, value = make_policy(spec, run.network), make_value(spec, run.network)
     initial_actor = load_initial_actor(run, spec)
-    num_updates = run.num_updates
+    num_updates = cfg.num_updates(run.total_timesteps, spec.max_steps)
 
     def init(key, hparams):
         actor_key, critic_key, key = jax.random.split(key, 3)
@@ -111,7 +104,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
     def loss_fn(params, mb: Minibatch, hparams):
         dist_params = policy.episode_apply(params["actor"], mb.obs, mb.action)
         log_prob = dist.log_prob(dist_params, mb.action)
-        advantages = (masked_normalize(mb.advantages, mb.mask) if cfg.normalize_advantages
+        advantages = (losses.normalize(mb.advantages, mask=mb.mask) if cfg.normalize_advantages
                       else mb.advantages)
         surrogate = losses.clipped_surrogate(log_prob, mb.log_prob_old, advantages, hparams["clip_eps"])
         values = value.episode_apply(params["critic"], mb.obs, mb.action)
@@ -120,7 +113,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         entropy = dist.entropy(dist_params)
 
         def mean(x):
-            return masked_reduce(x, mb.mask, "token")
+            return losses.masked_reduce(x, mb.mask, "token")
 
         policy_loss, value_loss, entropy = -mean(surrogate), mean(value_loss), mean(entropy)
         total = policy_loss + hparams["vf_coef"] * value_loss - hparams["ent_coef"] * entropy
@@ -158,6 +151,6 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         return TokenPPOState(unravel(flat_params), state.ref_params, opt_state, key), metrics
 
     return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=dist,
-                     actor_fn=policy.apply, init=init, update=update,
-                     policy=lambda s: (s.params["actor"], None), metric_names=METRICS,
-                     num_updates=num_updates, param_fn=lambda s: s.params, policy_net=policy)
+                     policy=policy, init=init, update=update,
+                     policy_params=lambda s: (s.params["actor"], None), metric_names=METRICS,
+                     num_updates=num_updates, param_fn=lambda s: s.params)

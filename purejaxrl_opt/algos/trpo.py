@@ -1,7 +1,7 @@
 """TRPO (Schulman et al. 2015): a natural-gradient trust-region policy step, GAE critic trained by Adam.
 
-Only what is TRPO lives here; rollout, GAE, networks, the loop and evaluation are shared, and the
-Fisher-vector products, conjugate gradient and line search are in natural_gradient.py. Per update:
+Only what is TRPO lives here; the rollout, values, GAE and observation statistics are the shared
+actor-critic stage (actor_critic.py), the loop and evaluation are shared too, and the Fisher-vector products, conjugate gradient and line search are in natural_gradient.py. Per update:
 
 1. collect ``[num_steps, num_envs]`` transitions; GAE with the current critic;
 2. policy: maximise ``L(theta) = mean(exp(logp_theta - logp_old) A)`` subject to
@@ -22,10 +22,14 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from purejaxrl_opt import envs, losses, natural_gradient, rollout
-from purejaxrl_opt.algos.base import Algorithm, DataAxis, minibatch_epochs
+from purejaxrl_opt.actor_critic import make_stage
+from purejaxrl_opt.algos.base import Algorithm
+from purejaxrl_opt.collectives import DataAxis
 from purejaxrl_opt.config import RunConfig, TRPOConfig
 from purejaxrl_opt.distributions import for_spec
 from purejaxrl_opt.networks import Actor, Critic
+from purejaxrl_opt.policies import as_policy
+from purejaxrl_opt.optim import minibatch_epochs
 
 METRICS = ("return_mean", "episode_length", "episodes", "kl", "surrogate_improvement",
            "expected_improvement", "backtracks", "cg_residual", "step_norm", "entropy", "value_loss",
@@ -159,65 +163,39 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
     ``pmean``-ed, episode statistics ``psum``-ed, so params stay replicated. ``fvp_subsample`` and
     the critic's minibatch shuffles are drawn per device on its own shard (its own key)."""
     cfg: TRPOConfig = run.algo
+    stage = make_stage(run, env, env_params, spec, axis_name)
     parts = make_parts(run, spec, axis_name)
-    dist, actor, critic = parts.dist, parts.actor, parts.critic
-    global_batch_size = cfg.num_envs * cfg.num_steps
-
-    data = DataAxis(axis_name)
+    num_updates = cfg.num_updates(run.total_timesteps)
 
     def init(key, hparams):
-        actor_key, critic_key, env_key, key = jax.random.split(key, 4)
-        dummy = jnp.zeros((1,) + spec.obs_shape, jnp.float32)
-        actor_params = actor.init(actor_key, dummy)
-        critic_params = critic.init(critic_key, dummy)
-        opt_state = critic_adam(hparams).init(ravel_pytree(critic_params)[0])
-        obs_norm = envs.obs_norm_init(spec.obs_shape) if run.env.normalize_obs else None
-        num_envs, global_envs = data.env_shard(cfg.num_envs)
-        return TRPOState(actor_params, critic_params, opt_state,
-                         rollout.reset_carry(env, env_params, env_key, num_envs, global_envs),
-                         obs_norm, key)
+        initial = stage.init(key)
+        opt_state = critic_adam(hparams).init(ravel_pytree(initial.critic_params)[0])
+        return TRPOState(initial.actor_params, initial.critic_params, opt_state, initial.env,
+                         initial.obs_norm, initial.key)
 
     def update(state: TRPOState, hparams, update_idx):
         key, rollout_key, fvp_key, shuffle_key = jax.random.split(state.key, 4)
-        num_envs, global_envs = data.env_shard(cfg.num_envs)
-        batch_size = num_envs * cfg.num_steps  # this device's
-        carry, batch, stats = rollout.collect(
-            env, env_params, spec, dist, actor.apply, state.actor_params, state.obs_norm, state.env,
-            rollout_key, cfg.num_steps, run.env.clip_actions, global_envs)
-        stats = jax.tree_util.tree_map(data.sum, stats)
-
-        obs = envs.obs_norm_apply(state.obs_norm, batch.obs)
-        values = critic.apply(state.critic_params, obs)
-        next_values = critic.apply(state.critic_params,
-                                   envs.obs_norm_apply(state.obs_norm, batch.final_obs))
-        advantages, returns = rollout.gae(batch.reward, values, next_values, batch.terminated,
-                                          batch.done, hparams["gamma"], hparams["gae_lambda"])
-        obs, action, advantages, returns = jax.tree_util.tree_map(
-            lambda x: x.reshape((batch_size,) + x.shape[2:]), (obs, batch.action, advantages, returns))
+        experience = stage.experience(state.actor_params, state.critic_params, state.obs_norm,
+                                      state.env, rollout_key, hparams)
+        batch = experience.transitions
+        advantages = batch.advantages
         if cfg.normalize_advantages:
             advantages = losses.normalize(advantages, axis_name=axis_name)
-
         max_kl = hparams["max_kl"]
         if cfg.anneal_max_kl:  # (1 - i/N): the last update still gets max_kl / N, never 0
-            max_kl = max_kl * (1.0 - update_idx / run.num_updates)
-        actor_params, policy_metrics = parts.policy_step(state.actor_params, obs, action, advantages,
-                                                         fvp_key, hparams, max_kl)
+            max_kl = max_kl * (1.0 - update_idx / num_updates)
+
+        actor_params, policy_metrics = parts.policy_step(state.actor_params, batch.obs, batch.action,
+                                                         advantages, fvp_key, hparams, max_kl)
         critic_params, opt_state, value_loss = parts.critic_step(
-            state.critic_params, state.critic_opt_state, obs, returns, shuffle_key, hparams)
+            state.critic_params, state.critic_opt_state, batch.obs, batch.returns, shuffle_key, hparams)
 
-        obs_norm = None
-        if state.obs_norm is not None:
-            # the global batch in single-device order, so the statistics are the same everywhere
-            obs_norm = envs.obs_norm_update(state.obs_norm, data.gather_envs(batch.obs))
-        metrics = dict(policy_metrics, value_loss=value_loss, return_mean=stats.return_mean(),
-                       episode_length=stats.length_mean(), episodes=stats.count,
-                       env_steps=jnp.asarray(global_batch_size, jnp.float32))
-        return TRPOState(actor_params, critic_params, opt_state, carry, obs_norm, key), metrics
+        metrics = dict(policy_metrics, value_loss=value_loss, **stage.episode_metrics(experience.stats))
+        obs_norm = stage.next_obs_norm(state.obs_norm, experience.raw_obs)
+        return TRPOState(actor_params, critic_params, opt_state, experience.carry, obs_norm, key), metrics
 
-    def param_fn(state: TRPOState):
-        return {"actor": state.actor_params, "critic": state.critic_params}
-
-    return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=dist,
-                     actor_fn=actor.apply, init=init, update=update,
-                     policy=lambda s: (s.actor_params, s.obs_norm), metric_names=METRICS,
-                     num_updates=run.num_updates, param_fn=param_fn)
+    return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=stage.dist,
+                     policy=as_policy(stage.actor.apply), init=init, update=update,
+                     policy_params=lambda s: (s.actor_params, s.obs_norm), metric_names=METRICS,
+                     num_updates=num_updates,
+                     param_fn=lambda s: {"actor": s.actor_params, "critic": s.critic_params})

@@ -1,0 +1,141 @@
+"""Evaluation, in one place: the final and periodic evaluation inside training, the evaluate CLI, and
+held-out accuracy on token envs.
+
+Everything takes an ``algo`` (:class:`purejaxrl_opt.algos.base.Algorithm`: its env, its ``policy``
+bundle and ``policy_params(state) -> (actor_params, obs_norm)``) and runs inside jit unless it says
+otherwise. Gymnax envs: complete episodes played in parallel (deterministic = the distribution's mode).
+Token envs: one answer to each of ``eval_episodes`` held-out (test-split) prompts.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from purejaxrl_opt import envs, rollout
+from purejaxrl_opt.distributions import Distribution
+from purejaxrl_opt.envs import EnvSpec, ObsNormState
+
+
+def play_episodes(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn, actor_params,
+                  obs_norm: ObsNormState | None, key: jax.Array, num_episodes: int, deterministic: bool,
+                  clip_actions: bool = True) -> jnp.ndarray:
+    """Play ``num_episodes`` complete episodes in parallel; returns their returns ``[num_episodes]``.
+
+    Runs a ``while_loop`` until every episode has ended (or the env's step limit, as a guard).
+    """
+    reset_key, loop_key = jax.random.split(key)
+    carry = rollout.reset_carry(env, env_params, reset_key, num_episodes)
+    step_env = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    limit = spec.max_steps if spec.max_steps > 0 else 100_000
+
+    def _cond(loop):
+        t, _, _, alive, _, _ = loop
+        return jnp.logical_and(t < limit, jnp.any(alive))
+
+    def _body(loop):
+        t, env_state, obs, alive, returns, key = loop
+        key, action_key, env_key = jax.random.split(key, 3)
+        dist_params = actor_fn(actor_params, envs.obs_norm_apply(obs_norm, obs))
+        action = dist.mode(dist_params) if deterministic else dist.sample(action_key, dist_params)
+        obs, env_state, reward, terminated, truncated, _ = step_env(
+            jax.random.split(env_key, num_episodes), env_state,
+            envs.to_env_action(spec, action, clip_actions), env_params)
+        returns = returns + jnp.where(alive, reward.astype(jnp.float32), 0.0)
+        alive = jnp.logical_and(alive, jnp.logical_not(jnp.logical_or(terminated, truncated)))
+        return t + 1, env_state, obs, alive, returns, key
+
+    init = (jnp.zeros((), jnp.int32), carry.env_state, carry.obs, jnp.ones((num_episodes,), bool),
+            jnp.zeros((num_episodes,), jnp.float32), loop_key)
+    return jax.lax.while_loop(_cond, _body, init)[4]
+
+
+def token_generations(algo, actor_params, key: jax.Array, greedy: bool,
+                      num_prompts: int | None = None) -> rollout.GroupBatch:
+    """One answer to each of ``num_prompts`` (default ``eval_episodes``) held-out prompts."""
+    return rollout.group_rollout(
+        algo.env, algo.eval_env_params, algo.spec, algo.dist, algo.policy, actor_params, None,
+        key, num_prompts or algo.run.eval_episodes, 1, algo.spec.max_steps, False, greedy=greedy)
+
+
+def returns(algo, state, key: jax.Array, deterministic: bool | None = None) -> jnp.ndarray:
+    """``[eval_episodes]`` returns of the policy of ``state`` (``run.eval_deterministic`` by default)."""
+    actor_params, obs_norm = algo.policy_params(state)
+    run = algo.run
+    deterministic = run.eval_deterministic if deterministic is None else deterministic
+    if algo.spec.vocab is not None:
+        return token_generations(algo, actor_params, key, greedy=deterministic).returns
+    return play_episodes(algo.env, algo.eval_env_params, algo.spec, algo.dist, algo.policy.apply,
+                         actor_params, obs_norm, key, run.eval_episodes, deterministic,
+                         run.env.clip_actions)
+
+
+def final_returns(algo, loop) -> jnp.ndarray:
+    """The final evaluation of a training loop: ``[eval_episodes]`` returns with the loop's own key."""
+    return returns(algo, loop.algo_state, loop.eval_key)
+
+
+def periodic_metrics(algo, state, key: jax.Array) -> dict:
+    """The periodic evaluation (``eval_every``): mean return; on token envs also greedy and sampled
+    accuracy."""
+    if algo.spec.vocab is None:
+        return {"eval_return": returns(algo, state, key).mean()}
+    actor_params, _ = algo.policy_params(state)
+    greedy_key, sampled_key = jax.random.split(key)
+    greedy = token_generations(algo, actor_params, greedy_key, greedy=True)
+    sampled = token_generations(algo, actor_params, sampled_key, greedy=False)
+    return {"eval_return": greedy.returns.mean(),
+            "eval_accuracy": greedy.correct.astype(jnp.float32).mean(),
+            "eval_accuracy_sampled": sampled.correct.astype(jnp.float32).mean()}
+
+
+def token_accuracy(algo, loop) -> tuple[dict, str]:
+    """Held-out accuracy of every lane's final policy (greedy and sampled answers to the same
+    ``eval_episodes`` test-split prompts) and a text of example answers (lane 0, greedy). ``loop``
+    has a leading lane axis; runs on the host (jit + vmap over lanes inside)."""
+    from purejaxrl_opt.token_envs import format_answers
+
+    def _lane(loop):
+        actor_params, _ = algo.policy_params(loop.algo_state)
+        greedy = token_generations(algo, actor_params, loop.eval_key, greedy=True)
+        sampled = token_generations(algo, actor_params, loop.eval_key, greedy=False)
+        return greedy, sampled.correct
+
+    greedy, sampled_correct = jax.tree_util.tree_map(np.asarray, jax.jit(jax.vmap(_lane))(loop))
+    per_lane = greedy.correct.mean(axis=1)
+    per_lane_sampled = sampled_correct.mean(axis=1)
+    stats = {"eval_accuracy": float(per_lane.mean()),
+             "eval_accuracy_per_seed": [float(x) for x in per_lane],
+             "eval_accuracy_sampled": float(per_lane_sampled.mean()),
+             "eval_accuracy_sampled_per_seed": [float(x) for x in per_lane_sampled],
+             "eval_prompts": int(greedy.correct.shape[1]), "eval_split": "test"}
+    lines = ["# held-out (test-split) prompts and the greedy answers of lane 0's final policy"]
+    lines += format_answers(greedy.obs[0, 0], greedy.action[0].T, greedy.lengths[0], greedy.correct[0],
+                            32)
+    return stats, "\n".join(lines) + "\n"
+
+
+def episode_states(algo, state, key: jax.Array, deterministic: bool = True):
+    """One episode of the policy of ``state`` for rendering: ``(env states [T], rewards [T], done [T])``
+    over the env's step limit (10,000 without one), stepped without auto-reset so the last state
+    is the episode's end; entries after the first ``done`` are to be dropped by the caller."""
+    actor_params, obs_norm = algo.policy_params(state)
+    env, env_params, spec, dist = algo.env, algo.env_params, algo.spec, algo.dist
+    limit = spec.max_steps if spec.max_steps > 0 else 10_000
+
+    def _step(carry, _):
+        key, env_state, obs = carry
+        key, step_key = jax.random.split(key)
+        action_key, env_key = jax.random.split(step_key)
+        dist_params = algo.policy.apply(actor_params, envs.obs_norm_apply(obs_norm, obs[None]))
+        action = (dist.mode(dist_params) if deterministic else dist.sample(action_key, dist_params))[0]
+        obs, next_state, reward, terminated, _ = env.step_env(
+            env_key, env_state, envs.to_env_action(spec, action, algo.run.env.clip_actions), env_params)
+        done = jnp.logical_or(terminated, env.is_truncated(next_state, env_params))
+        return (key, next_state, obs), (env_state, reward, done)
+
+    key, reset_key = jax.random.split(key)
+    obs, env_state = env.reset(reset_key, env_params)
+    _, (states, rewards, done) = jax.lax.scan(_step, (key, env_state, obs), None, length=limit)
+    return states, rewards, done

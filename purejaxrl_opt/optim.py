@@ -1,0 +1,47 @@
+"""Optimisers and schedules shared by the algorithms (a shared stage: no algorithm owns them)."""
+
+from __future__ import annotations
+
+import jax
+import optax
+
+
+def adam(hparams, learning_rate) -> optax.GradientTransformation:
+    """Adam with global-norm clipping (``hparams["max_grad_norm"]``); the rate is applied outside
+    Adam's own state so it can be annealed or traced (a swept lane value)."""
+    return optax.chain(optax.clip_by_global_norm(hparams["max_grad_norm"]),
+                       optax.scale_by_adam(eps=1e-5), optax.scale(-learning_rate))
+
+
+def annealed(lr, update_idx, num_updates: int, anneal: bool):
+    """``lr`` decayed linearly to 0 over ``num_updates`` when ``anneal`` (else ``lr``)."""
+    return lr * (1.0 - update_idx / num_updates) if anneal else lr
+
+
+def minibatch_epochs(grad_fn, optimizer, flat_params, opt_state, batch, num_items: int,
+                     num_minibatches: int, epoch_keys: jax.Array, reduce_grads=lambda g: g,
+                     shuffle_key=lambda k: k):
+    """``len(epoch_keys)`` epochs of Adam steps over ``num_minibatches`` minibatches of ``batch``.
+
+    ``batch``: a pytree of ``[num_items, ...]`` leaves (samples, or whole episodes); every epoch
+    shuffles it with one gather and cuts it into contiguous minibatches. ``grad_fn(flat_params, mb)
+    -> (grads, diagnostics)`` on flat parameters; ``reduce_grads`` (data parallel: a ``pmean``) and
+    ``shuffle_key`` (per-device keys) default to the identity. Returns ``(flat_params, opt_state,
+    diagnostics [epochs, minibatches])``.
+    """
+
+    def _update_minibatch(train, mb):
+        flat_params, opt_state = train
+        grads, diagnostics = grad_fn(flat_params, mb)
+        updates, opt_state = optimizer.update(reduce_grads(grads), opt_state, flat_params)
+        return (flat_params + updates, opt_state), diagnostics
+
+    def _update_epoch(train, epoch_key):
+        order = jax.random.permutation(shuffle_key(epoch_key), num_items)
+        shuffled = jax.tree_util.tree_map(
+            lambda x: x[order].reshape((num_minibatches, -1) + x.shape[1:]), batch)
+        return jax.lax.scan(_update_minibatch, train, shuffled)
+
+    (flat_params, opt_state), diagnostics = jax.lax.scan(_update_epoch, (flat_params, opt_state),
+                                                         epoch_keys)
+    return flat_params, opt_state, diagnostics

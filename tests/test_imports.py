@@ -1,0 +1,148 @@
+"""The package's import graph reads top-down (../shared/DESIGN.md): a module imports only from its own
+layer or below, no algorithm imports another, and there is no cycle. Parsed from the source (ast), so
+imports inside functions count as much as module-level ones, and nothing is imported to check."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "purejaxrl_opt"
+ROOT = Path(__file__).resolve().parents[1] / PACKAGE
+
+ENTRY, ORCHESTRATION, REGISTRY, ALGORITHM, FRAMEWORK, STAGE, MODEL, ENV, LEAF = 8, 7, 6, 5, 4, 3, 2, 1, 0
+# every module of the package and its layer; a new module must be placed here
+LAYERS = {
+    # entry points: CLIs that compose a config and call
+    "train": ENTRY, "sft": ENTRY, "evaluate": ENTRY, "benchmark": ENTRY,
+    # orchestration (report: reads run dirs and plots; its CLI is an entry point, but runner/artifacts
+    # plot with it, and it imports nothing of the package)
+    "runner": ORCHESTRATION, "artifacts": ORCHESTRATION, "loggers": ORCHESTRATION,
+    "parallel": ORCHESTRATION, "sweep": ORCHESTRATION, "report": ORCHESTRATION,
+    "stats": ORCHESTRATION,
+    # name (and env kind) -> algorithm module
+    "algos": REGISTRY,
+    # one file per algorithm: never imports another
+    "algos.ppo": ALGORITHM, "algos.trpo": ALGORITHM, "algos.grpo": ALGORITHM, "algos.ppo_tokens": ALGORITHM,
+    # what every algorithm plugs into: Algorithm, Loop, run_updates
+    "algos.base": FRAMEWORK,
+    # shared stages
+    "rollout": STAGE, "actor_critic": STAGE, "evaluation": STAGE, "losses": STAGE,
+    "natural_gradient": STAGE, "optim": STAGE, "collectives": STAGE,
+    # models
+    "policies": MODEL, "networks": MODEL, "transformer": MODEL, "distributions": MODEL,
+    "pretrained": MODEL,
+    # environments
+    "envs": ENV, "token_envs": ENV,
+    # leaves
+    "config": LEAF, "errors": LEAF, "checkpoint": LEAF, "xla_flags": LEAF,
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts) or "__init__"
+
+
+def imported_modules(tree: ast.AST, known: set[str]) -> set[str]:
+    """Package modules named by ``import`` / ``from ... import`` anywhere in ``tree``."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            # `from purejaxrl_opt import envs` names a module; `from purejaxrl_opt.envs import X` a member
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for name in names:
+            if name == PACKAGE or not name.startswith(PACKAGE + "."):
+                continue
+            name = name[len(PACKAGE) + 1:]
+            if name in known:
+                found.add(name)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    paths = sorted(ROOT.rglob("*.py"))
+    known = {module_name(p) for p in paths}
+    return {module_name(p): imported_modules(ast.parse(p.read_text()), known) - {module_name(p)}
+            for p in paths}
+
+
+def violations(graph: dict[str, set[str]], layers: dict[str, int]) -> list[str]:
+    found = []
+    for module, targets in sorted(graph.items()):
+        if module == "__init__":
+            continue
+        for target in sorted(targets):
+            if layers[target] > layers[module]:
+                found.append(f"{module} imports {target}, a layer above it")
+            elif layers[target] == layers[module] == ALGORITHM:
+                found.append(f"algorithm {module} imports algorithm {target}")
+    return found
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                return stack[stack.index(target):] + [target]
+            if target not in state:
+                cycle = visit(target)
+                if cycle:
+                    return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_every_module_has_a_layer():
+    unplaced = sorted(set(import_graph()) - set(LAYERS) - {"__init__"})
+    assert not unplaced, f"modules without a layer in tests/test_imports.py LAYERS: {unplaced}"
+
+
+def test_imports_point_down_and_no_algorithm_imports_another():
+    graph = import_graph()
+    assert not violations(graph, LAYERS), "\n".join(violations(graph, LAYERS))
+
+
+def test_import_graph_is_acyclic():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, " -> ".join(cycle)
+
+
+@pytest.mark.parametrize("graph,expected", [
+    ({"algos.ppo": {"algos.grpo"}, "algos.grpo": set()}, "algorithm algos.ppo imports algorithm algos.grpo"),
+    ({"config": {"envs"}, "envs": set()}, "config imports envs, a layer above it"),
+    ({"algos.grpo": {"sft"}, "sft": set()}, "algos.grpo imports sft, a layer above it"),
+])
+def test_checker_catches_bad_imports(graph, expected):
+    assert expected in violations(graph, LAYERS)
+
+
+def test_checker_finds_cycles_and_parses_both_import_forms():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+    tree = ast.parse("from purejaxrl_opt import envs, losses\nimport purejaxrl_opt.algos.ppo\n"
+                     "def f():\n    from purejaxrl_opt.algos.base import Loop\n")
+    # the named module only, not the packages above it (`algos.base` is not the registry `algos`)
+    assert imported_modules(tree, {"envs", "losses", "algos.ppo", "algos.base", "algos"}) == {
+        "envs", "losses", "algos.ppo", "algos.base"}
