@@ -25,8 +25,49 @@ def _dense(features: int, scale: float) -> nn.Dense:
                     bias_init=nn.initializers.zeros)
 
 
+class PatchConv(nn.Module):
+    """A stride-1 VALID convolution ``[N, H, W, C] -> [N, H-kh+1, W-kw+1, features]`` computed as
+    im2col patches times one matrix: the same function and parameters as ``flax.linen.Conv(features,
+    kernel_size, padding="VALID")`` (``kernel [kh, kw, C, features]``, ``bias [features]``; flax's
+    initialisers draw the same values under the same name).
+
+    Why not ``nn.Conv``: XLA:CPU runs a convolution fast only in its canonical layout (Eigen's spatial
+    convolution). The kernel gradient of a conv is itself a convolution that contracts over the batch
+    and the output positions (``dim_labels=f01b_i01o->01bf``); XLA:CPU emits it as a plain loop nest,
+    which in PPO on MinAtar cost ~10x the forward conv of the same multiply-adds and >50% of the
+    update's time; vmapped over lanes with per-lane inputs it turns into a grouped convolution
+    (``feature_group_count=lanes``) that is slower still. As patches @ kernel, the forward, both
+    gradients and the vmap over lanes are ordinary (batched) matmuls. See experiments/bench_cnn.py.
+    """
+
+    features: int
+    kernel_size: tuple[int, int] = (3, 3)
+    kernel_init: Callable = nn.initializers.lecun_normal()
+    bias_init: Callable = nn.initializers.zeros
+
+    @nn.compact
+    def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
+        kh, kw = self.kernel_size
+        n, height, width, channels = x.shape
+        if height < kh or width < kw:
+            raise ValueError(f"PatchConv: input {height}x{width} is smaller than the {kh}x{kw} kernel")
+        kernel = self.param("kernel", self.kernel_init, (kh, kw, channels, self.features), jnp.float32)
+        bias = self.param("bias", self.bias_init, (self.features,), jnp.float32)
+        out_h, out_w = height - kh + 1, width - kw + 1
+        # patch feature order (i, j, c) matches the row-major flattening of kernel [kh, kw, C, :]
+        patches = jnp.concatenate([x[:, i:i + out_h, j:j + out_w, :] for i in range(kh)
+                                   for j in range(kw)], axis=-1)
+        out = patches.reshape((-1, kh * kw * channels)) @ kernel.reshape((kh * kw * channels, -1))
+        return (out + bias).reshape((n, out_h, out_w, self.features))
+
+
 class Torso(nn.Module):
-    """Conv layers for image observations (``[..., H, W, C]``), then an MLP; flattens other shapes."""
+    """Conv layers for image observations (``[..., H, W, C]``), then an MLP; flattens other shapes.
+
+    Conv layer ``i`` is :class:`PatchConv` named ``Conv_i``: the parameter tree is the one
+    ``nn.Conv`` layers gave (``Conv_0/kernel [3, 3, C_in, C_out]``, ``Conv_0/bias``), so checkpoints
+    load either way and the initial values are the same.
+    """
 
     obs_ndim: int
     hidden_sizes: Sequence[int]
@@ -39,9 +80,10 @@ class Torso(nn.Module):
         batch_shape = obs.shape[: obs.ndim - self.obs_ndim]
         x = obs.reshape((-1,) + obs.shape[obs.ndim - self.obs_ndim:]).astype(jnp.float32)
         if self.obs_ndim == 3:
-            for channels in self.cnn_channels:
-                x = nn.relu(nn.Conv(channels, (3, 3), padding="VALID",
-                                    kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+            for index, channels in enumerate(self.cnn_channels):
+                x = nn.relu(PatchConv(channels, (3, 3),
+                                      kernel_init=nn.initializers.orthogonal(np.sqrt(2)),
+                                      name=f"Conv_{index}")(x))
         x = x.reshape((x.shape[0], -1))
         for size in self.hidden_sizes:
             x = act(_dense(size, np.sqrt(2))(x))
