@@ -32,9 +32,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from purejaxrl_opt.train import _default_xla_flags  # noqa: E402  (before JAX starts its backend)
+from purejaxrl_opt.xla_flags import set_default_xla_flags  # noqa: E402  (before JAX starts its backend)
 
-_default_xla_flags()
+set_default_xla_flags()
 
 import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
@@ -42,7 +42,8 @@ import jax.numpy as jnp  # noqa: E402
 
 from purejaxrl_opt import algos, networks  # noqa: E402
 from purejaxrl_opt.config import ALGO_CONFIGS, EnvConfig, NetworkConfig, RunConfig  # noqa: E402
-from purejaxrl_opt.runner import Compiled, lane_hparams, lane_keys, train_lanes  # noqa: E402
+from purejaxrl_opt.runner import Compiled, train_lanes  # noqa: E402
+from purejaxrl_opt.sweep import lane_inputs  # noqa: E402
 
 VARIANTS = {"conv": (16,), "mlp": (), "conv_nn": (16,)}
 
@@ -63,8 +64,7 @@ def build(variant: str, args, lanes: int, env_steps: int):
     run.validate()
     env = algos.make_env(run)
     algo = algos.make_algorithm(run, env)
-    keys = lane_keys(0, lanes)
-    hparams = lane_hparams(algo, lanes)
+    keys, hparams = lane_inputs(run)
     patch_conv = networks.PatchConv
     if variant == "conv_nn":
         networks.PatchConv = _flax_conv  # traced while compiling only

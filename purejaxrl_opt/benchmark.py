@@ -258,7 +258,7 @@ def check_entry(entry: Entry, cfg: DictConfig) -> None:
 def machine() -> dict:
     import jax
 
-    from purejaxrl_opt.runner import describe_device
+    from purejaxrl_opt.artifacts import describe_device
 
     cpu = platform.processor() or platform.machine()
     try:
