@@ -92,7 +92,7 @@ def data_parallel_fn(run: RunConfig, env_tuple, keys, data: int):
 
 
 def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, lanes: int,
-                algo_names: list[str], repeats: int, data: int = 1) -> dict:
+                algo_names: list[str], repeats: int, data: int = 1, cli: bool = False) -> dict:
     env, env_params, spec = envs.make(env_id)
     steps = lanes * num_envs * num_steps * num_updates
     keys = lane_keys(range(lanes))
@@ -180,76 +180,178 @@ def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, la
     act_critic_fn = jax.jit(jax.vmap(_act_with_critic))
     fns["acting_with_critic"] = _blocking(act_critic_fn, loops)
 
-    # (c) training, per algorithm, same rollout shape
+    # (c) training, per algorithm, same rollout shape (GRPO: its own groups x episodes)
+    trained = []
     for name in algo_names:
-        overrides = {"num_envs": num_envs, "num_steps": num_steps} if name != "grpo" else {}
-        run = RunConfig(algo=ALGO_CONFIGS[name](**overrides), env=EnvConfig(id=env_id),
-                        total_timesteps=num_envs * num_steps * num_updates)
+        if name == "grpo":
+            # the same number of parallel envs, as groups of (up to) 8 episodes from one start
+            group_size = min(8, num_envs)
+            overrides = {"num_groups": max(1, num_envs // group_size), "group_size": group_size}
+        else:
+            overrides = {"num_envs": num_envs, "num_steps": num_steps}
+        cfg = ALGO_CONFIGS[name](**overrides)
+        total = num_envs * num_steps * num_updates
+        run = RunConfig(algo=cfg, env=EnvConfig(id=env_id), total_timesteps=total)
         algo = algos.make_algorithm(run, (env, env_params, spec))
         hparams = lane_inputs(dataclasses.replace(run, num_seeds=lanes))[1]
-        init = jax.jit(jax.vmap(partial(init_loop, algo)))
-        train = jax.jit(jax.vmap(partial(run_updates, algo), in_axes=(0, None, None)))
+        start = time.perf_counter()
+        init = jax.jit(jax.vmap(partial(init_loop, algo))).lower(keys, hparams).compile()
         start_loop = init(keys, hparams)
+        train = jax.jit(jax.vmap(partial(run_updates, algo), in_axes=(0, None, None))).lower(
+            start_loop, jnp.int32(0), jnp.int32(1)).compile()
+        result[f"{name}_compile_s"] = time.perf_counter() - start
+        if name == "ppo":
+            params = jax.tree_util.tree_map(lambda x: x[0], start_loop.algo_state.params)
+            result[f"{name}_update_gflop"] = _ppo_update_gflop(run, params)
 
         def _train(train=train, start_loop=start_loop, algo=algo):
             loop = train(start_loop, jnp.int32(0), jnp.int32(algo.num_updates))
             return float(loop.env_steps.sum())
 
         fns[name] = _train
+        trained.append(name)
         if data > 1 and name in algos.DATA_PARALLEL and num_envs % data == 0:
             fns[f"{name}_data{data}"] = data_parallel_fn(run, (env, env_params, spec), keys, data)
+            trained.append(f"{name}_data{data}")
 
     rates = _interleaved_rates(fns, repeats)
+    if cli:
+        # what a user of the CLI gets: runner.execute as train.py calls it (progress chunks, the
+        # console logger's per-chunk host reads, final evaluation, artifacts), its own
+        # env_steps_per_second (compile excluded), against the bare jitted function above
+        result["ppo_cli_steps_per_s"] = _cli_rate(env_id, num_envs, num_steps, num_updates, lanes,
+                                                  repeats)
+        result["ppo_cli_over_bare"] = result["ppo_cli_steps_per_s"] / rates["ppo"]
     for name in ("random", "acting", "acting_unused", "acting_with_critic"):
         result[f"{name}_steps_per_s"] = rates.pop(name)
+    result["trained"] = trained
     for name, rate in rates.items():
         result[f"{name}_steps_per_s"] = rate
         result[f"{name}_over_random"] = rate / result["random_steps_per_s"]
         result[f"{name}_over_acting"] = rate / result["acting_steps_per_s"]
         result[f"{name}_over_acting_with_critic"] = rate / result["acting_with_critic_steps_per_s"]
         result[f"{name}_over_acting_unused"] = rate / result["acting_unused_steps_per_s"]
+        if f"{name}_update_gflop" in result:
+            # lane-updates per second x FLOPs per lane-update
+            result[f"{name}_gflop_per_s"] = result[f"{name}_update_gflop"] * rate / (num_envs * num_steps)
     return result
+
+
+def _cli_rate(env_id: str, num_envs: int, num_steps: int, num_updates: int, lanes: int,
+              repeats: int) -> float:
+    import tempfile
+
+    from purejaxrl_opt import loggers, runner
+
+    run = RunConfig(algo=ALGO_CONFIGS["ppo"](num_envs=num_envs, num_steps=num_steps),
+                    env=EnvConfig(id=env_id), num_seeds=lanes,
+                    total_timesteps=num_envs * num_steps * num_updates)
+    run.validate()
+    rates = []
+    for _ in range(max(1, repeats // 2)):
+        with tempfile.TemporaryDirectory() as out:
+            sinks = loggers.make_loggers({"kind": "console"}, "lines")
+            rates.append(runner.execute(run, out, sinks, num_chunks=10).summary["env_steps_per_second"])
+    return statistics.median(rates)
+
+
+def _ppo_update_gflop(run: RunConfig, params: dict) -> float:
+    """Multiply-add FLOPs of one PPO update of one lane, counted from the dense kernels (XLA's cost
+    analysis counts a loop body once, so it cannot count a scan's work): the rollout's actor forward
+    per env step, the critic's forward on the batch and the final observations, and
+    ``update_epochs`` passes of forward + backward (3x forward) over actor and critic. MLP torsos
+    only; NaN otherwise."""
+    def dense_flops(tree) -> float:
+        kernels = [x for x in jax.tree_util.tree_leaves(tree) if x.ndim == 2]
+        if any(x.ndim > 2 for x in jax.tree_util.tree_leaves(tree)):
+            return float("nan")
+        return 2.0 * sum(x.size for x in kernels)
+
+    actor, critic = dense_flops(params["actor"]), dense_flops(params["critic"])
+    samples = run.algo.num_envs * run.algo.num_steps
+    flops = samples * (actor + 2 * critic + run.algo.update_epochs * 3 * (actor + critic))
+    return flops / 1e9
+
+
+def parse_shapes(shapes: list[str]) -> list[tuple[int, int]]:
+    """``["4x1", "4x8", "1024x1"]`` -> ``[(num_envs, lanes), ...]``."""
+    parsed = []
+    for shape in shapes:
+        envs_str, _, lanes_str = shape.partition("x")
+        if not (envs_str.isdigit() and lanes_str.isdigit()):
+            raise SystemExit(f"--shapes: {shape!r} is not ENVSxLANES (e.g. 4x8)")
+        parsed.append((int(envs_str), int(lanes_str)))
+    return parsed
+
+
+def matmul_flops_per_s(size: int = 1024, repeats: int = 5) -> float:
+    """FLOP/s of a plain ``[size, size] @ [size, size]`` float32 matmul: the machine's ceiling for the
+    dense work an update does."""
+    a = jax.random.normal(jax.random.PRNGKey(0), (size, size), jnp.float32)
+    matmul = jax.jit(lambda x: x @ x)
+    jax.block_until_ready(matmul(a))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(matmul(a))
+        times.append(time.perf_counter() - start)
+    return 2 * size**3 / statistics.median(times)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--env", default="CartPole-v1")
-    parser.add_argument("--num-envs", type=int, nargs="+", default=[4, 1024])
+    parser.add_argument("--shapes", nargs="+", default=["4x1", "4x8", "4x32", "1024x1"],
+                        help="ENVSxLANES: num_envs per agent x vmapped agents (seeds), one "
+                             "measurement each (default: the lanes axis 1/8/32 agents of 4 envs, and "
+                             "one agent of 1024 envs)")
     parser.add_argument("--num-steps", type=int, default=128)
     parser.add_argument("--env-steps", type=int, default=500_000,
                         help="env steps per lane per measurement (rounded to whole updates)")
-    parser.add_argument("--lanes", type=int, default=1, help="vmapped agents (seeds)")
-    parser.add_argument("--algos", nargs="+", default=["ppo"])
+    parser.add_argument("--algos", nargs="+", default=["ppo", "trpo"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--data", type=int, default=1,
                         help="also train one agent data parallel over this many devices (on a CPU "
                              "host: that many host devices, i.e. the cores, are exposed)")
+    parser.add_argument("--cli", action="store_true",
+                        help="also run PPO through the CLI's runner (chunks, console progress, "
+                             "evaluation, artifacts) and report its env steps/s against the bare "
+                             "jitted training function")
     parser.add_argument("--out", default="experiments/results/bench_throughput.json")
     args = parser.parse_args()
 
     results = []
-    for num_envs in args.num_envs:
+    for num_envs, lanes in parse_shapes(args.shapes):
         num_updates = max(1, args.env_steps // (num_envs * args.num_steps))
-        res = bench_shape(args.env, num_envs, args.num_steps, num_updates, args.lanes, args.algos,
-                          args.repeats, args.data)
+        res = bench_shape(args.env, num_envs, args.num_steps, num_updates, lanes, args.algos,
+                          args.repeats, args.data, args.cli and "ppo" in args.algos)
         results.append(res)
-        line = (f"{args.env} envs={num_envs} steps={args.num_steps} lanes={args.lanes}: "
-                f"(a) random {res['random_steps_per_s']:,.0f}/s  (b) acting {res['acting_steps_per_s']:,.0f}/s"
-                f"  (b0) acting, batch unused {res['acting_unused_steps_per_s']:,.0f}/s"
-                f"  (b') acting+critic {res['acting_with_critic_steps_per_s']:,.0f}/s")
-        trained = [k[:-len("_steps_per_s")] for k in res if k.endswith("_steps_per_s")
-                   and k[:-len("_steps_per_s")] not in ("random", "acting", "acting_unused",
-                                                          "acting_with_critic")]
-        for name in trained:
-            line += (f"\n  (c) {name} {res[f'{name}_steps_per_s']:,.0f}/s: c/a {res[f'{name}_over_random']:.3f}"
-                     f"  c/b {res[f'{name}_over_acting']:.3f}  c/b0 {res[f'{name}_over_acting_unused']:.3f}"
-                     f"  c/b' {res[f'{name}_over_acting_with_critic']:.3f}")
-        print(line, flush=True)
+        print(format_result(args.env, res), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"device": str(jax.devices()[0]), "jax": jax.__version__,
-                               "results": results}, indent=2) + "\n")
+    payload = {"device": str(jax.devices()[0]), "device_kind": jax.devices()[0].device_kind,
+               "jax": jax.__version__, "matmul_flops_per_s": matmul_flops_per_s(),
+               "results": results}
+    out.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"plain 1024^3 float32 matmul: {payload['matmul_flops_per_s'] / 1e9:,.1f} GFLOP/s")
     print(f"wrote {out}")
+
+
+def format_result(env_id: str, res: dict) -> str:
+    line = (f"{env_id} envs={res['num_envs']} steps={res['num_steps']} lanes={res['lanes']}: "
+            f"(a) random {res['random_steps_per_s']:,.0f}/s  (b) acting {res['acting_steps_per_s']:,.0f}/s"
+            f"  (b0) acting, batch unused {res['acting_unused_steps_per_s']:,.0f}/s"
+            f"  (b') acting+critic {res['acting_with_critic_steps_per_s']:,.0f}/s")
+    for name in res["trained"]:
+        line += (f"\n  (c) {name} {res[f'{name}_steps_per_s']:,.0f}/s (compile {res[f'{name}_compile_s']:.1f} s,"
+                 f" {res.get(f'{name}_gflop_per_s', float('nan')):.3g} GFLOP/s in dense layers):"
+                 f" c/a {res[f'{name}_over_random']:.3f}  c/b {res[f'{name}_over_acting']:.3f}"
+                 f"  c/b0 {res[f'{name}_over_acting_unused']:.3f}"
+                 f"  c/b' {res[f'{name}_over_acting_with_critic']:.3f}")
+    if "ppo_cli_steps_per_s" in res:
+        line += (f"\n  ppo through the CLI runner {res['ppo_cli_steps_per_s']:,.0f}/s = "
+                 f"{res['ppo_cli_over_bare']:.3f} x the bare jitted function")
+    return line
 
 
 if __name__ == "__main__":
