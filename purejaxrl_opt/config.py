@@ -233,10 +233,13 @@ class GRPOConfig(AlgoConfig):
     ent_coef: float = 0.0
     max_grad_norm: float = 0.5
     max_memory_gb: float = 4.0  # refuse configs whose episode buffer would exceed this
-    # 0 = total_timesteps // (num_groups * group_size * T): every update charged as full-length
-    # episodes, so the budget can never be exceeded. More: updates run while such a worst-case batch
-    # still fits in the lane's remaining budget of counted (unmasked) steps, then are no-ops.
+    # rows of the metrics buffer, the most updates a lane may run (it stops once it has consumed
+    # total_timesteps real steps). 0 = ceil(total_timesteps / (num_groups * group_size)): never the
+    # bound, as no episode is shorter than one step (algos/grpo.default_max_updates).
     max_updates: int = 0
+    # time block of the block-wise loss (gymnax envs): gradients are summed over ceil(L / K) blocks of
+    # K steps, L = the batch's longest episode, so the update costs ~L steps, not the limit T
+    loss_block_steps: int = 16
 
     SWEEPABLE: ClassVar[tuple[str, ...]] = (
         "epsilon", "epsilon_high", "beta", "lr", "ent_coef", "max_grad_norm", "outcome_discount")
@@ -247,8 +250,8 @@ class GRPOConfig(AlgoConfig):
     def batch_env_steps(self) -> int:
         """Worst case of one update when ``max_episode_steps`` is set (else per step of the limit).
 
-        The env's episode limit is not known here: grpo.make_algorithm derives ``num_updates`` from
-        it (RunConfig.num_updates is not used for GRPO) and checks the budget against it.
+        Not GRPO's update count: a GRPO lane runs updates until it has consumed ``total_timesteps``
+        real steps (algos/grpo.py; RunConfig.num_updates is not used for GRPO).
         """
         return self.num_groups * self.group_size * max(self.max_episode_steps, 1)
 
@@ -277,6 +280,7 @@ class GRPOConfig(AlgoConfig):
         positive(f"{prefix}.max_grad_norm", self.max_grad_norm)
         positive(f"{prefix}.max_memory_gb", self.max_memory_gb)
         non_negative(f"{prefix}.max_updates", self.max_updates)
+        positive(f"{prefix}.loss_block_steps", self.loss_block_steps)
 
 
 ALGO_CONFIGS: dict[str, type[AlgoConfig]] = {"ppo": PPOConfig, "trpo": TRPOConfig, "grpo": GRPOConfig}

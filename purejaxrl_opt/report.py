@@ -141,7 +141,13 @@ def read_metrics_csv(path: Path) -> dict | None:
     def _value(text: str) -> float:
         return float(text) if text != "" else math.nan
 
-    return {n: np.array([[_value(r[n]) for r in lane] for lane in lanes]) for n in names}
+    # lanes may have run different numbers of updates (GRPO's budget): NaN after a lane's last row
+    width = max(len(lane) for lane in lanes)
+
+    def _column(name, lane):
+        return [_value(r[name]) for r in lane] + [math.nan] * (width - len(lane))
+
+    return {n: np.array([_column(n, lane) for lane in lanes]) for n in names}
 
 
 def collect(root: str | Path, metric: str = "return_mean") -> list[Group]:
