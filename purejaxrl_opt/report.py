@@ -117,8 +117,9 @@ def groups_from_run(summary: dict, metrics: dict | None, metric: str = "return_m
     for lane in lanes:
         curve = None
         if metrics is not None and metric in metrics:
-            curve = (np.asarray(metrics["env_steps"][lane["lane"]], float),
-                     np.asarray(metrics[metric][lane["lane"]], float))
+            xs = np.asarray(metrics["env_steps"][lane["lane"]], float)
+            ran = np.isfinite(xs)  # GRPO: no row for the updates after a lane's budget was spent
+            curve = (xs[ran], np.asarray(metrics[metric][lane["lane"]], float)[ran])
         groups[lane["config"]].add(lane["seed"], per_lane[lane["lane"]], curve)
     return list(groups.values())
 
