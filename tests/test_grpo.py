@@ -395,3 +395,36 @@ def test_short_cartpole_run_beats_random(tmp_path):
     with open(tmp_path / "metrics.csv") as handle:  # the rows of updates a lane did not run are dropped
         assert len(handle.readlines()) == 1 + sum(summary["updates_per_seed"])
     assert summary["final_return_mean"] > 100, summary["final_return_per_seed"]  # random: ~22
+
+
+def test_runner_chunks_checkpoints_and_resume_are_bitwise_neutral(tmp_path):
+    """Through the runner, with lanes of a budget: progress chunks and checkpoints change no number,
+    the run stops dispatching chunks once every lane is done (a final checkpoint at that point, not
+    one per checkpoint interval up to max_updates), and a resume from a checkpoint is bitwise the
+    uninterrupted run."""
+    import shutil
+
+    from purejaxrl_opt import checkpoint, runner
+
+    run = _catch_run(num_seeds=2, eval_episodes=4)  # 28 updates of the 250-row buffer
+    plain = runner.execute(run, tmp_path / "plain", loggers=())
+    chunked = runner.execute(run, tmp_path / "chunked", loggers=(), num_chunks=7,
+                             checkpoints=runner.CheckpointSettings(every_updates=5))
+    csv = (tmp_path / "plain" / "metrics.csv").read_bytes()
+    assert (tmp_path / "chunked" / "metrics.csv").read_bytes() == csv
+    assert chunked.summary["final_return_per_seed"] == plain.summary["final_return_per_seed"]
+    assert plain.summary["env_steps_per_seed"] == [1008, 1008] and plain.summary["num_updates"] == 28
+    steps = checkpoint.available_steps(tmp_path / "chunked")
+    assert steps[:5] == [5, 10, 15, 20, 25] and 28 <= steps[-1] < 64 and len(steps) <= 7, steps
+
+    resumed_dir = tmp_path / "resumed"
+    shutil.copytree(tmp_path / "chunked", resumed_dir)
+    for step in steps[2:]:  # as if killed after the checkpoint at update 10
+        shutil.rmtree(checkpoint.checkpoint_dir(resumed_dir) / str(step))
+    (resumed_dir / "metrics.csv").unlink()
+    resumed = runner.execute(run, resumed_dir, loggers=(), num_chunks=3, resume=True,
+                             checkpoints=runner.CheckpointSettings(every_updates=5))
+    assert resumed.summary["resumed_from_update"] == 10
+    assert (resumed_dir / "metrics.csv").read_bytes() == csv
+    for a, b in zip(jax.tree_util.tree_leaves(plain.loop), jax.tree_util.tree_leaves(resumed.loop)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
