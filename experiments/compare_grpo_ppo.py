@@ -27,8 +27,6 @@ import tempfile
 import warnings
 from pathlib import Path
 
-os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=1")  # as train.py on CPU
-
 import matplotlib
 
 matplotlib.use("Agg")
@@ -36,6 +34,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from purejaxrl_opt.xla_flags import set_default_xla_flags  # noqa: E402  (before JAX starts)
+
+set_default_xla_flags()
 VARIANTS = {  # label -> CLI overrides
     "PPO": ["algo=ppo"],
     "GRPO same-start": ["algo=grpo", "algo.grouping=same_start"],

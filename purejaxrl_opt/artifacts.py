@@ -61,6 +61,18 @@ def _aggregate(per_seed: np.ndarray) -> dict:
             "final_return_ci95": float(1.96 * std / math.sqrt(n)) if n > 1 else 0.0}
 
 
+def final_env_steps(metrics: dict) -> np.ndarray:
+    """Env steps consumed by each lane: the last recorded value of the cumulative ``env_steps``
+    (rows of updates a lane did not run are NaN), 0 for a lane with none."""
+    steps = np.asarray(metrics["env_steps"], np.float64)
+    return np.where(np.isfinite(steps), steps, -np.inf).max(axis=1).clip(min=0.0)
+
+
+def updates_run(metrics: dict) -> np.ndarray:
+    """Updates each lane ran (rows with a recorded ``env_steps``)."""
+    return np.isfinite(np.asarray(metrics["env_steps"])).sum(axis=1)
+
+
 def make_summary(run: RunConfig, algo, metrics: dict, eval_returns: np.ndarray,
                  compile_seconds: float, run_seconds: float, num_params: int,
                  lanes: list | None = None, plan: sweep.SweepPlan | None = None,
@@ -70,9 +82,10 @@ def make_summary(run: RunConfig, algo, metrics: dict, eval_returns: np.ndarray,
     lanes = lanes or sweep.lanes(run, plan)
     config_runs = sweep.config_runs(run, plan)
     per_lane = eval_returns.mean(axis=1)
-    env_steps = metrics["env_steps"][:, -1]  # cumulative, per lane
+    env_steps = final_env_steps(metrics)  # cumulative, per lane
     # a resumed run's timing covers only the updates this process ran
-    steps_before = metrics["env_steps"][:, start_update - 1] if start_update > 0 else 0.0
+    steps_before = (final_env_steps({"env_steps": metrics["env_steps"][:, :start_update]})
+                    if start_update > 0 else 0.0)
     summary = {
         "algo": run.algo.name,
         "env": run.env.id,
@@ -80,7 +93,9 @@ def make_summary(run: RunConfig, algo, metrics: dict, eval_returns: np.ndarray,
         "num_seeds": run.num_seeds,
         "seeds": list(range(run.seed, run.seed + run.num_seeds)),
         "total_timesteps": run.total_timesteps,
-        "num_updates": algo.num_updates,
+        "num_updates": int(updates_run(metrics).max()),
+        "max_updates": algo.num_updates,  # rows of the metrics buffer (= num_updates but for GRPO)
+        "updates_per_seed": [int(x) for x in updates_run(metrics)],  # per lane
         "env_steps": int(env_steps.mean()),
         "env_steps_per_seed": [int(x) for x in env_steps],  # per lane
         **_aggregate(per_lane),
@@ -140,6 +155,8 @@ def write_metrics_csv(path: Path, run: RunConfig, metrics: dict, hparams: dict,
     def _rows():
         for lane in range(lanes_n):
             for update in range(num_updates):
+                if math.isnan(float(metrics["env_steps"][lane, update])):
+                    continue  # an update this lane did not run (its budget was spent)
                 yield ([seeds[lane], update] + [_fmt(hp[k][lane]) for k in swept]
                        + [_fmt(metrics[n][lane, update]) for n in names])
 

@@ -243,10 +243,13 @@ class GRPOConfig(AlgoConfig):
     ent_coef: float = 0.0
     max_grad_norm: float = 0.5
     max_memory_gb: float = 4.0  # refuse configs whose episode buffer would exceed this
-    # 0 = total_timesteps // (num_groups * group_size * T): every update charged as full-length
-    # episodes, so the budget can never be exceeded. More: updates run while such a worst-case batch
-    # still fits in the lane's remaining budget of counted (unmasked) steps, then are no-ops.
+    # rows of the metrics buffer, the most updates a lane may run (it stops once it has consumed
+    # total_timesteps real steps). 0 = ceil(total_timesteps / (num_groups * group_size)): never the
+    # bound, as no episode is shorter than one step (GRPOConfig.num_updates).
     max_updates: int = 0
+    # time block of the block-wise loss (gymnax envs): gradients are summed over ceil(L / K) blocks of
+    # K steps, L = the batch's longest episode, so the update costs ~L steps, not the limit T
+    loss_block_steps: int = 16
 
     SWEEPABLE: ClassVar[tuple[str, ...]] = (
         "epsilon", "epsilon_high", "beta", "lr", "ent_coef", "max_grad_norm", "outcome_discount")
@@ -255,7 +258,9 @@ class GRPOConfig(AlgoConfig):
     GROUPINGS: ClassVar[tuple[str, ...]] = ("same_start", "unrelated")
 
     def batch_env_steps(self) -> int:
-        """Worst case of one update when ``max_episode_steps`` is set (else per step of the limit)."""
+        """Worst case of one update when ``max_episode_steps`` is set (else per step of the limit).
+        Not GRPO's update count: a lane runs updates until it has consumed ``total_timesteps`` real
+        steps (:meth:`num_updates` only sizes the metrics buffer)."""
         return self.num_groups * self.group_size * max(self.max_episode_steps, 1)
 
     def rollout_length(self, episode_limit: int) -> int:
@@ -266,10 +271,12 @@ class GRPOConfig(AlgoConfig):
         return length
 
     def num_updates(self, total_timesteps: int, episode_limit: int = 0) -> int:
-        """``max_updates``, else ``total_timesteps // (num_groups * group_size * T)``: every update
-        charged as full-length episodes, so no lane can exceed the budget."""
-        worst_case = self.num_groups * self.group_size * self.rollout_length(episode_limit)
-        return self.max_updates or total_timesteps // worst_case
+        """Rows of the metrics buffer: ``max_updates``, else the most updates a lane can run before
+        its budget of real env steps is spent, every episode being at least one step long
+        (``ceil(total_timesteps / (num_groups * group_size))``). A lane stops at its budget, so the
+        rows it does not use cost only memory and stay NaN."""
+        self.rollout_length(episode_limit)  # an env without a limit needs max_episode_steps
+        return self.max_updates or max(1, -(-total_timesteps // (self.num_groups * self.group_size)))
 
     def validate(self, prefix: str, run: "RunConfig") -> None:
         positive(f"{prefix}.num_groups", self.num_groups)
@@ -296,6 +303,7 @@ class GRPOConfig(AlgoConfig):
         positive(f"{prefix}.max_grad_norm", self.max_grad_norm)
         positive(f"{prefix}.max_memory_gb", self.max_memory_gb)
         non_negative(f"{prefix}.max_updates", self.max_updates)
+        positive(f"{prefix}.loss_block_steps", self.loss_block_steps)
 
 
 ALGO_CONFIGS: dict[str, type[AlgoConfig]] = {"ppo": PPOConfig, "trpo": TRPOConfig, "grpo": GRPOConfig}

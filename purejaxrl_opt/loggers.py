@@ -59,6 +59,9 @@ class Console(Sink):
                     f"on {describe_device()} -> {out_dir}")
         if start_update:
             self._print(f"[purejaxrl_opt] resuming from the checkpoint at update {start_update}")
+        # every lane's budget of env steps: with one (GRPO) the run ends there, num_updates is a bound
+        self._budget = (run.total_timesteps * (len(lanes) if lanes else run.num_seeds)
+                        if getattr(algo, "lane_active", None) is not None else None)
 
     def compiled(self, seconds):
         self._print(f"[purejaxrl_opt] compiled in {seconds:.1f}s")
@@ -71,15 +74,24 @@ class Console(Sink):
                 return
             self._last_line = seconds
         env_steps = np.asarray(metrics["env_steps"])
-        steps = float(np.nansum(env_steps[:, updates_done - 1]))
+
+        def _steps(upto):  # cumulative steps of every lane after update upto-1 (NaN: lane done)
+            return float(np.sum(np.nan_to_num(np.fmax.accumulate(env_steps[:, :upto], axis=1)[:, -1])))
+
+        steps = _steps(updates_done)
+        done, done_before = updates_done / num_updates, start_update / num_updates
+        if getattr(self, "_budget", None):  # the share of the budget spent, if further
+            done = max(done, min(steps / self._budget, 1.0))
+            done_before = max(done_before, min(_steps(start_update) / self._budget, 1.0)
+                              if start_update > 0 else 0.0)
         if start_update > 0:  # rate and ETA of this process only
-            steps -= float(np.nansum(env_steps[:, start_update - 1]))
+            steps -= _steps(start_update)
         rate = steps / max(seconds, 1e-9)
-        eta = seconds * (num_updates - updates_done) / max(updates_done - start_update, 1)
+        eta = seconds * (1.0 - done) / max(done - done_before, 1e-9)
         text = (f"update {updates_done}/{num_updates}  return {_recent_return(metrics, updates_done):.2f}"
                 f"  {rate:,.0f} steps/s  eta {eta:.0f}s")
         if self.mode == "bar":
-            filled = int(30 * updates_done / num_updates)
+            filled = int(30 * done)
             end = "\n" if updates_done == num_updates else ""
             self._print(f"\r[{'#' * filled}{'.' * (30 - filled)}] {text}", end=end)
         else:
@@ -166,6 +178,8 @@ class WandB(Sink):
         num_updates = metrics["env_steps"].shape[1]
         groups = self._groups()
         for update in range(num_updates):
+            if not np.isfinite(metrics["env_steps"][:, update]).any():
+                continue  # no lane ran this update (GRPO: every budget spent before)
             row: dict[str, Any] = {"update": update,
                                    "env_steps": float(np.nanmean(metrics["env_steps"][:, update]))}
             for name in names:

@@ -117,8 +117,9 @@ def groups_from_run(summary: dict, metrics: dict | None, metric: str = "return_m
     for lane in lanes:
         curve = None
         if metrics is not None and metric in metrics:
-            curve = (np.asarray(metrics["env_steps"][lane["lane"]], float),
-                     np.asarray(metrics[metric][lane["lane"]], float))
+            xs = np.asarray(metrics["env_steps"][lane["lane"]], float)
+            ran = np.isfinite(xs)  # GRPO: no row for the updates after a lane's budget was spent
+            curve = (xs[ran], np.asarray(metrics[metric][lane["lane"]], float)[ran])
         groups[lane["config"]].add(lane["seed"], per_lane[lane["lane"]], curve)
     return list(groups.values())
 
@@ -141,7 +142,13 @@ def read_metrics_csv(path: Path) -> dict | None:
     def _value(text: str) -> float:
         return float(text) if text != "" else math.nan
 
-    return {n: np.array([[_value(r[n]) for r in lane] for lane in lanes]) for n in names}
+    # lanes may have run different numbers of updates (GRPO's budget): NaN after a lane's last row
+    width = max(len(lane) for lane in lanes)
+
+    def _column(name, lane):
+        return [_value(r[name]) for r in lane] + [math.nan] * (width - len(lane))
+
+    return {n: np.array([_column(n, lane) for lane in lanes]) for n in names}
 
 
 def collect(root: str | Path, metric: str = "return_mean") -> list[Group]:

@@ -216,3 +216,70 @@ def group_rollout(env, env_params, spec: EnvSpec, dist: Distribution, policy, ac
         _env_step, init, jax.random.split(loop_key, max_steps))
     return GroupBatch(obs, action, log_prob, reward, mask, reward.sum(0),
                       mask.sum(0).astype(jnp.float32), jnp.any(correct, axis=0))
+
+
+def group_rollout_until_done(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn: ActorFn,
+                             actor_params, obs_norm: ObsNormState | None, key: jax.Array,
+                             num_groups: int, group_size: int, max_steps: int, same_start: bool,
+                             clip_actions: bool = True, buffer_steps: int | None = None,
+                             greedy: bool = False) -> tuple[GroupBatch, jnp.ndarray]:
+    """:func:`group_rollout` for per-step policies that stops once every episode has ended.
+
+    A ``lax.while_loop`` writes step ``t`` into preallocated ``[buffer_steps, B, ...]`` buffers
+    (``buffer_steps >= max_steps``, default ``max_steps``; a multiple of the loss's time block lets
+    the learner slice whole blocks) and ends after ``L = max(lengths) <= max_steps`` steps, so the
+    padding after the last episode's end costs nothing. Returns ``(batch, L)`` (``L`` int32).
+
+    Step ``t`` draws from the same key as in :func:`group_rollout` (``split(loop_key, max_steps)[t]``)
+    and runs the same computation, so the unmasked steps equal that rollout's. Rows ``>= L`` are
+    zeros (masked); padded rows ``< L`` hold the auto-reset steps as there. ``actor_fn(params, obs)``
+    must act from one observation (an MLP; token envs' cached policies use :func:`group_rollout`).
+    Under ``vmap`` the loop runs until the longest episode of every lane has ended.
+    """
+    buffer_steps = max_steps if buffer_steps is None else buffer_steps
+    if buffer_steps < max_steps:
+        raise ValueError(f"buffer_steps = {buffer_steps} must be >= max_steps = {max_steps}")
+    num_envs = num_groups * group_size
+    reset_key, loop_key = jax.random.split(key)
+    obs, env_state = envs.vmap_reset(env, env_params,
+                                     group_reset_keys(reset_key, num_groups, group_size, same_start))
+    step_env = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    dist_params = actor_fn(actor_params, envs.obs_norm_apply(obs_norm, obs))
+    step_keys = jax.random.split(loop_key, max_steps)
+    action_shape = jax.eval_shape(dist.sample, step_keys[0], dist_params)
+
+    def _buffer(shape, dtype):
+        return jnp.zeros((buffer_steps,) + tuple(shape), dtype)
+
+    buffers = (_buffer(obs.shape, obs.dtype), _buffer(action_shape.shape, action_shape.dtype),
+               _buffer((num_envs,), jnp.float32), _buffer((num_envs,), jnp.float32),
+               _buffer((num_envs,), bool))
+
+    def _cond(loop):
+        t, _, _, alive, _, _, _ = loop
+        return jnp.logical_and(t < max_steps, jnp.any(alive))
+
+    def _body(loop):
+        t, env_state, obs, alive, dist_params, correct_any, buffers = loop
+        action_key, env_key = jax.random.split(step_keys[t])
+        action = dist.mode(dist_params) if greedy else dist.sample(action_key, dist_params)
+        log_prob = dist.log_prob(dist_params, action)
+        next_obs, env_state, reward, terminated, truncated, info = step_env(
+            jax.random.split(env_key, num_envs), env_state, envs.to_env_action(spec, action, clip_actions),
+            env_params)
+        reward = jnp.where(alive, reward.astype(jnp.float32), 0.0)
+        correct = jnp.logical_and(alive, info.get("correct", jnp.zeros_like(alive)))
+        still_alive = jnp.logical_and(alive, jnp.logical_not(jnp.logical_or(terminated, truncated)))
+        dist_params = actor_fn(actor_params, envs.obs_norm_apply(obs_norm, next_obs))
+        buffers = tuple(buf.at[t].set(x) for buf, x in
+                        zip(buffers, (obs, action, log_prob, reward, alive)))
+        return (t + 1, env_state, next_obs, still_alive, dist_params,
+                jnp.logical_or(correct_any, correct), buffers)
+
+    init = (jnp.zeros((), jnp.int32), env_state, obs, jnp.ones((num_envs,), bool), dist_params,
+            jnp.zeros((num_envs,), bool), buffers)
+    num_steps, *_, correct, (obs, action, log_prob, reward, mask) = jax.lax.while_loop(
+        _cond, _body, init)
+    batch = GroupBatch(obs, action, log_prob, reward, mask, reward.sum(0),
+                       mask.sum(0).astype(jnp.float32), correct)
+    return batch, num_steps

@@ -120,10 +120,15 @@ def chunk_sizes(num_updates: int, num_chunks: int) -> list[int]:
     return sizes
 
 
-def chunk_stops(num_updates: int, num_chunks: int, checkpoint_every: int = 0, start: int = 0) -> list[int]:
+def chunk_stops(num_updates: int, num_chunks: int, checkpoint_every: int = 0, start: int = 0,
+                doubling: bool = False) -> list[int]:
     """Update counts after which a chunk ends: the ``num_chunks`` progress grid (:func:`chunk_sizes`),
-    every multiple of ``checkpoint_every``, and the end; only those after ``start``."""
+    every multiple of ``checkpoint_every``, and the end; only those after ``start``. ``doubling``
+    adds every power of two: with a budget of env steps (GRPO) ``num_updates`` is only a bound and
+    the run may end long before it, so progress is also reported at 1, 2, 4, ... updates."""
     stops = set(np.cumsum(chunk_sizes(num_updates, num_chunks)).tolist())
+    if doubling and num_chunks > 1:
+        stops |= {1 << k for k in range(max(num_updates, 1).bit_length()) if 1 << k < num_updates}
     if checkpoint_every > 0:
         stops |= set(range(checkpoint_every, num_updates, checkpoint_every))
     return sorted(s for s in stops | {num_updates} if s > start)
@@ -131,12 +136,15 @@ def chunk_stops(num_updates: int, num_chunks: int, checkpoint_every: int = 0, st
 
 def train_lanes(compiled: Compiled, keys, hparams, num_updates: int, num_chunks: int,
                 on_chunk=None, *, loop: Loop | None = None, checkpoint_every: int = 0,
-                on_checkpoint=None) -> tuple[Loop, float]:
+                on_checkpoint=None, finished=None) -> tuple[Loop, float]:
     """Run every update in chunks, from ``loop`` (a restored state) or from a fresh init.
 
     ``on_chunk(metrics, updates_done, seconds)`` runs after each chunk with host metrics;
     ``on_checkpoint(loop, updates_done)`` after each chunk ending on a multiple of
     ``checkpoint_every`` and after the last one. Both run once the *next* chunk is dispatched.
+    ``finished(loop) -> bool`` (algorithms with a budget of env steps): once a chunk's state is
+    finished, later chunks would change nothing, so no more are dispatched; the last dispatched one
+    counts as the last (progress, final checkpoint at its update count).
     """
     start = time.perf_counter()
     place_inputs = getattr(compiled, "place_inputs", None)
@@ -146,29 +154,33 @@ def train_lanes(compiled: Compiled, keys, hparams, num_updates: int, num_chunks:
     if loop is None:
         loop, done = compiled.init(keys, hparams), 0
     else:
-        done = int(np.asarray(loop.update_idx).reshape(-1)[0])
+        # the most advanced lane: lanes that spent their budget (GRPO) stopped counting earlier
+        done = int(np.asarray(loop.update_idx).max())
     callbacks = on_chunk is not None or on_checkpoint is not None
 
-    def _after(chunk_loop: Loop, updates_done: int) -> None:
+    def _after(chunk_loop: Loop, updates_done: int, last: bool = False) -> None:
         if on_chunk is not None:
             metrics = _to_host(chunk_loop.metrics)  # waits for this chunk only
-            on_chunk(metrics, updates_done, time.perf_counter() - start)
-        if on_checkpoint is not None and (updates_done == num_updates or (
+            on_chunk(metrics, num_updates if last else updates_done, time.perf_counter() - start)
+        if on_checkpoint is not None and (updates_done == num_updates or last or (
                 checkpoint_every > 0 and updates_done % checkpoint_every == 0)):
             on_checkpoint(chunk_loop, updates_done)
 
     pending = None  # (loop, done) of the previous chunk, handled after the next one is dispatched
-    stops = chunk_stops(num_updates, num_chunks if callbacks else 1, checkpoint_every, done)
+    stops = chunk_stops(num_updates, num_chunks if callbacks else 1, checkpoint_every, done,
+                        doubling=finished is not None)
     for stop in stops:
         loop = compiled.updates(loop, jnp.int32(done), jnp.int32(stop))
         done = stop
         if callbacks:
             if pending is not None:
                 _after(*pending)
+                if finished is not None and finished(pending[0]):
+                    break  # the chunk just dispatched changes nothing: it ends the run
             pending = (loop, done)
     jax.block_until_ready(loop)
     if pending is not None:
-        _after(*pending)
+        _after(loop, done, last=True) if done < num_updates else _after(*pending)
     return loop, time.perf_counter() - start
 
 
@@ -238,7 +250,8 @@ def execute(run: RunConfig, out_dir: str | os.PathLike, loggers=(), num_chunks: 
         loop, run_seconds = train_lanes(
             compiled, keys, hparams, algo.num_updates, num_chunks, on_chunk, loop=restored,
             checkpoint_every=checkpoints.every_updates,
-            on_checkpoint=on_checkpoint if checkpoints.enabled else None)
+            on_checkpoint=on_checkpoint if checkpoints.enabled else None,
+            finished=lanes_finished(algo) if algo.lane_active is not None else None)
     finally:
         if saver is not None:
             saver.close()
@@ -264,3 +277,13 @@ def execute(run: RunConfig, out_dir: str | os.PathLike, loggers=(), num_chunks: 
     for logger in loggers:
         logger.finish(summary, metrics, out_dir)
     return RunResult(summary, loop, eval_returns)
+
+
+def lanes_finished(algo: Algorithm):
+    """``finished(loop) -> bool``: no lane of ``loop`` may run another update (``algo.lane_active``)."""
+    active = jax.jit(jax.vmap(algo.lane_active))
+
+    def finished(loop: Loop) -> bool:
+        return not bool(np.any(np.asarray(_to_host(active(loop.algo_state)))))
+
+    return finished

@@ -15,6 +15,7 @@ from purejaxrl_opt.config import (ConfigError, EnvConfig, GRPOConfig, PPOConfig,
                                   hyperparameters)
 from purejaxrl_opt.distributions import Categorical
 from purejaxrl_opt.networks import Actor, count_params
+from jax.flatten_util import ravel_pytree
 
 # outcome rewards of 4 groups x 4 episodes; group 2 has zero spread
 RETURNS = np.array([[10.0, 20.0, 30.0, 40.0],
@@ -194,12 +195,94 @@ def test_steps_after_termination_change_nothing(rollouts):
             np.testing.assert_array_equal(x, y)
 
 
+def test_early_stopped_rollout_equals_the_full_length_rollout(rollouts):
+    """group_rollout_until_done draws the same keys and runs the same per-step computation as the
+    full-length scan: its unmasked steps are bitwise the same; it stops after the longest episode
+    and leaves the rest of its (block-rounded) buffer zero and masked."""
+    batch, _, actor, params = rollouts
+    env, env_params, spec = envs.make("CartPole-v1")
+    buffer_steps = 208  # 13 blocks of 16 >= the 200-step limit
+
+    @jax.jit
+    def early(key):
+        return rollout.group_rollout_until_done(env, env_params, spec, Categorical(), actor.apply,
+                                                params, None, key, NUM_GROUPS, GROUP_SIZE, MAX_STEPS,
+                                                True, buffer_steps=buffer_steps)
+
+    short, steps = early(jax.random.PRNGKey(0))  # the fixture's key
+    mask = np.asarray(batch.mask)
+    steps = int(steps)
+    assert steps == int(np.asarray(batch.lengths).max()) < MAX_STEPS
+    assert short.obs.shape[0] == buffer_steps
+    np.testing.assert_array_equal(np.asarray(short.mask)[:MAX_STEPS], mask)
+    assert not np.asarray(short.mask)[MAX_STEPS:].any()
+    for name in ("obs", "action", "log_prob", "reward"):
+        full, cut = np.asarray(getattr(batch, name)), np.asarray(getattr(short, name))[:MAX_STEPS]
+        np.testing.assert_array_equal(cut[mask], full[mask], err_msg=name)
+        assert not np.any(cut[steps:]), name  # never written
+    for name in ("returns", "lengths", "correct"):
+        np.testing.assert_array_equal(np.asarray(getattr(short, name)), np.asarray(getattr(batch, name)))
+
+
+@pytest.mark.parametrize("loss_norm,process", LOSS_VARIANTS)
+def test_block_gradient_equals_the_full_gradient(rollouts, loss_norm, process):
+    """The sum of the time blocks' gradients (and diagnostics) over ceil(L / K) blocks equals the
+    gradient of the loss over whole [E, T] episodes; blocks past the longest episode add exact
+    zeros. Same numbers summed in another order: equal to float32 rounding, not bitwise."""
+    batch, _, actor, params = rollouts
+    block_steps, buffer_steps = grpo.block_layout(GRPOConfig(loss_block_steps=16), MAX_STEPS)
+    assert (block_steps, buffer_steps) == (16, 208)
+    new_params = jax.tree_util.tree_map(
+        lambda x: x + 0.3 * jax.random.normal(jax.random.PRNGKey(3), x.shape), params)
+    cfg = GRPOConfig(num_groups=NUM_GROUPS, group_size=GROUP_SIZE, loss_norm=loss_norm,
+                     process_supervision=process, epsilon_high=0.3, ent_coef=0.01)
+    hparams = hyperparameters(cfg)
+    dist = Categorical()
+    episodes = jnp.asarray([7, 2, 11, 4, 0, 9])  # a minibatch, in shuffled order
+    pad = buffer_steps - MAX_STEPS
+
+    def padded(x):
+        return jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)])
+
+    @jax.jit
+    def both(new_params):
+        mask = batch.mask.T
+        advantages, _, _ = grpo.compute_advantages(cfg, batch.reward.T, mask, hparams)
+        log_prob_ref = dist.log_prob(actor.apply(params, batch.obs), batch.action)
+        full_mb = grpo.Minibatch(*(jnp.swapaxes(x, 0, 1)[episodes] for x in (
+            batch.obs, batch.action, batch.log_prob, log_prob_ref, advantages.T, batch.mask)))
+        loss_fn = grpo.make_loss_fn(actor, dist, loss_norm)
+        full_grads, full_diag = jax.grad(lambda p: loss_fn(p["actor"], full_mb, hparams),
+                                         has_aux=True)({"actor": new_params})
+        data = grpo.EpisodeBuffers(padded(batch.obs), padded(batch.action), padded(batch.log_prob),
+                                   padded(log_prob_ref), padded(advantages.T), padded(batch.mask),
+                                   batch.lengths)
+        flat, unravel = jax.flatten_util.ravel_pytree({"actor": new_params})
+        block_grads = grpo.make_block_grad_fn(actor.apply, dist, loss_norm, block_steps, MAX_STEPS)
+        steps = batch.lengths.max().astype(jnp.int32)
+        needed = (steps + block_steps - 1) // block_steps
+        few = block_grads(flat, unravel, data, None, episodes, needed, hparams)
+        every = block_grads(flat, unravel, data, None, episodes, buffer_steps // block_steps, hparams)
+        return ravel_pytree(full_grads)[0], full_diag, few, every, needed
+
+    full_grads, full_diag, (grads, diag), (all_grads, all_diag), needed = both(new_params)
+    assert 1 < int(needed) < 13  # episodes shorter than the limit: fewer blocks than the buffer
+    assert float(jnp.abs(full_grads).max()) > 0
+    np.testing.assert_allclose(np.asarray(grads), np.asarray(full_grads), rtol=2e-5,
+                               atol=2e-6 * float(jnp.abs(full_grads).max()))
+    for name, value in full_diag.items():
+        np.testing.assert_allclose(float(diag[name]), float(value), rtol=2e-5, atol=1e-7, err_msg=name)
+    np.testing.assert_array_equal(np.asarray(all_grads), np.asarray(grads))
+    for name in diag:
+        assert float(all_diag[name]) == float(diag[name]), name
+
+
 # --------------------------------------------------------------------------- config, params, budget
-def _grpo_run(**kwargs):
+def _grpo_run(env_id: str = "CartPole-v1", **kwargs):
     run_keys = {f.name for f in dataclasses.fields(RunConfig)}
     top = {k: v for k, v in kwargs.items() if k in run_keys}
     algo = GRPOConfig(**{k: v for k, v in kwargs.items() if k not in run_keys})
-    run = RunConfig(algo=algo, env=EnvConfig(id=top.pop("env_id", "CartPole-v1")), **top)
+    run = RunConfig(algo=algo, env=EnvConfig(id=env_id), **top)
     run.validate()
     return run
 
@@ -218,8 +301,6 @@ def test_too_long_episodes_refused_with_memory_needed():
     run.validate()
     with pytest.raises(ConfigError, match=r"need about \d+\.\d GB.*max_memory_gb"):
         algos.make_algorithm(run)
-    with pytest.raises(ConfigError, match="total_timesteps"):
-        algos.make_algorithm(_grpo_run(total_timesteps=10_000))
 
 
 def test_no_critic_half_the_parameters():
@@ -233,21 +314,70 @@ def test_no_critic_half_the_parameters():
     assert 0.4 < count_params(grpo_params) / count_params(ppo_params) < 0.6
 
 
-def test_budget_counts_unmasked_steps_and_is_never_exceeded():
-    # T = 50, 4 episodes: a worst case of 200 steps; 1000 steps allow 5 full-length updates, but
-    # short episodes leave room for more: max_updates = 40 runs until a worst case no longer fits
-    run = _grpo_run(num_groups=2, group_size=2, max_episode_steps=50, max_updates=40,
-                    total_timesteps=1000, num_seeds=2)
+def _catch_run(**kwargs):
+    # Catch: every episode lasts 9 steps, the limit is 1000; 4 episodes = 36 real steps an update
+    return _grpo_run(env_id="Catch-bsuite", num_groups=2, group_size=2, num_minibatches=2,
+                     total_timesteps=1000, **kwargs)
+
+
+def test_budget_counts_real_steps_and_ends_within_one_update():
+    """total_timesteps counts real (unmasked) steps: with episodes far shorter than the limit a lane
+    runs ceil(1000 / 36) = 28 updates (1008 steps), not 1000 // (4 * 1000) = 0 worst-case ones; it
+    stops within one update above the budget; the rows of the metrics buffer past that stay NaN."""
+    run = _catch_run(num_seeds=2)
     algo = algos.make_algorithm(run)
+    assert algo.num_updates == 250  # ceil(1000 / 4): episodes of one step would need that many
     out = jax.jit(jax.vmap(algos.make_train(run)))(jax.random.split(jax.random.PRNGKey(0), 2))
     steps = np.asarray(out.metrics["env_steps"])  # cumulative
-    lengths = np.asarray(out.metrics["episode_length"])
-    ran = np.isfinite(lengths)
-    assert algo.num_updates == 40 and np.all(steps[:, -1] <= 1000) and np.all(steps[:, -1] > 800)
-    assert np.all(ran.sum(1) > 5) and np.all(~ran[:, -1])  # more than 5 ran, the last ones did not
-    np.testing.assert_allclose(np.diff(steps, axis=1)[:, :ran.sum(1).min() - 1],
-                               4 * lengths[:, 1:ran.sum(1).min()])
-    assert np.all(ran[:, :-1] >= ran[:, 1:])  # once spent, always spent
+    ran = np.isfinite(steps)
+    np.testing.assert_array_equal(ran.sum(1), [28, 28])
+    assert np.all(ran[:, :28]) and not np.any(ran[:, 28:])
+    np.testing.assert_array_equal(steps[:, 27], [1008, 1008])
+    np.testing.assert_array_equal(np.diff(steps[:, :28], axis=1), 36)
+    np.testing.assert_array_equal(np.asarray(out.loop.update_idx), [28, 28])
+    np.testing.assert_array_equal(np.asarray(out.loop.env_steps), [1008, 1008])
+    assert np.all(np.isnan(np.asarray(out.metrics["return_mean"])[:, 28:]))
+
+
+def test_budget_lanes_of_different_lengths_and_chunks_compose_bitwise():
+    """CartPole lanes consume their budget at different rates, so they stop after different numbers
+    of updates; every lane ends within one update above total_timesteps, and running the updates in
+    chunks (as the runner does, lanes vmapped) gives bitwise the numbers of one loop."""
+    from purejaxrl_opt.algos.base import init_loop, run_updates
+
+    run = _grpo_run(num_groups=2, group_size=2, num_minibatches=2, max_episode_steps=100,
+                    total_timesteps=3000, num_seeds=3)
+    algo = algos.make_algorithm(run)
+    keys = jax.random.split(jax.random.PRNGKey(5), 3)
+    hparams = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (3,)), algo.default_hparams())
+    init = jax.jit(jax.vmap(lambda k, h: init_loop(algo, k, h)))
+    updates = jax.jit(jax.vmap(lambda loop, a, b: run_updates(algo, loop, a, b), in_axes=(0, None, None)))
+    whole = updates(init(keys, hparams), 0, algo.num_updates)
+    chunked = init(keys, hparams)
+    for start, stop in ((0, 5), (5, 6), (6, 40), (40, algo.num_updates)):
+        chunked = updates(chunked, start, stop)
+    for a, b in zip(jax.tree_util.tree_leaves(whole), jax.tree_util.tree_leaves(chunked)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+    steps = np.asarray(whole.metrics["env_steps"])
+    lengths = np.asarray(whole.metrics["episode_length"])
+    ran = np.isfinite(steps)
+    counts = ran.sum(1)
+    assert len(set(counts.tolist())) > 1, counts  # the lanes stopped at different updates
+    np.testing.assert_array_equal(np.asarray(whole.update_idx), counts)
+    final = np.nanmax(steps, axis=1)
+    last = np.array([4 * lengths[lane, counts[lane] - 1] for lane in range(3)])  # the last update's
+    assert np.all(final >= 3000) and np.all(final - last < 3000), (final, last)
+    for lane in range(3):
+        assert np.all(ran[lane, :counts[lane]]) and not np.any(ran[lane, counts[lane]:])
+        np.testing.assert_allclose(np.diff(steps[lane, :counts[lane]]), 4 * lengths[lane, 1:counts[lane]])
+
+
+def test_max_updates_bounds_the_run():
+    run = _catch_run(max_updates=10)
+    out = jax.jit(algos.make_train(run))(jax.random.PRNGKey(0))
+    steps = np.asarray(out.metrics["env_steps"])
+    assert steps.shape == (10,) and np.all(np.isfinite(steps)) and steps[-1] == 360
 
 
 # --------------------------------------------------------------------------- learning
@@ -255,8 +385,46 @@ def test_short_cartpole_run_beats_random(tmp_path):
     from purejaxrl_opt import runner
 
     run = _grpo_run(update_epochs=4, num_minibatches=4, lr=1e-3, num_seeds=2,
-                    total_timesteps=12 * 64 * 500, eval_episodes=8)
+                    total_timesteps=150_000, eval_episodes=8)
     result = runner.execute(run, tmp_path, loggers=())
     summary = result.summary
-    assert summary["num_updates"] == 12 and summary["env_steps"] <= run.total_timesteps
+    # real steps: every lane ends within one update (at most 64 episodes x 500 steps) above the budget
+    assert all(run.total_timesteps <= steps < run.total_timesteps + 64 * 500
+               for steps in summary["env_steps_per_seed"])
+    assert summary["num_updates"] == max(summary["updates_per_seed"]) < summary["max_updates"]
+    with open(tmp_path / "metrics.csv") as handle:  # the rows of updates a lane did not run are dropped
+        assert len(handle.readlines()) == 1 + sum(summary["updates_per_seed"])
     assert summary["final_return_mean"] > 100, summary["final_return_per_seed"]  # random: ~22
+
+
+def test_runner_chunks_checkpoints_and_resume_are_bitwise_neutral(tmp_path):
+    """Through the runner, with lanes of a budget: progress chunks and checkpoints change no number,
+    the run stops dispatching chunks once every lane is done (a final checkpoint at that point, not
+    one per checkpoint interval up to max_updates), and a resume from a checkpoint is bitwise the
+    uninterrupted run."""
+    import shutil
+
+    from purejaxrl_opt import checkpoint, runner
+
+    run = _catch_run(num_seeds=2, eval_episodes=4)  # 28 updates of the 250-row buffer
+    plain = runner.execute(run, tmp_path / "plain", loggers=())
+    chunked = runner.execute(run, tmp_path / "chunked", loggers=(), num_chunks=7,
+                             checkpoints=runner.CheckpointSettings(every_updates=5))
+    csv = (tmp_path / "plain" / "metrics.csv").read_bytes()
+    assert (tmp_path / "chunked" / "metrics.csv").read_bytes() == csv
+    assert chunked.summary["final_return_per_seed"] == plain.summary["final_return_per_seed"]
+    assert plain.summary["env_steps_per_seed"] == [1008, 1008] and plain.summary["num_updates"] == 28
+    steps = checkpoint.available_steps(tmp_path / "chunked")
+    assert steps[:5] == [5, 10, 15, 20, 25] and 28 <= steps[-1] < 64 and len(steps) <= 7, steps
+
+    resumed_dir = tmp_path / "resumed"
+    shutil.copytree(tmp_path / "chunked", resumed_dir)
+    for step in steps[2:]:  # as if killed after the checkpoint at update 10
+        shutil.rmtree(checkpoint.checkpoint_dir(resumed_dir) / str(step))
+    (resumed_dir / "metrics.csv").unlink()
+    resumed = runner.execute(run, resumed_dir, loggers=(), num_chunks=3, resume=True,
+                             checkpoints=runner.CheckpointSettings(every_updates=5))
+    assert resumed.summary["resumed_from_update"] == 10
+    assert (resumed_dir / "metrics.csv").read_bytes() == csv
+    for a, b in zip(jax.tree_util.tree_leaves(plain.loop), jax.tree_util.tree_leaves(resumed.loop)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -10,7 +10,9 @@ turns it into
   checkpoints. ``train`` is exactly their composition.
 
 Per-update metrics are written into a preallocated ``[num_updates]`` buffer in the loop state, so the
-state alone is a complete checkpoint and no metrics leave the device until the caller asks.
+state alone is a complete checkpoint and no metrics leave the device until the caller asks. An
+algorithm with a budget of real env steps (``Algorithm.lane_active``, GRPO) runs a ``while_loop``
+instead: ``num_updates`` is then the buffer's size, and rows of updates a lane did not run stay NaN.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 from flax import struct
+from jax.custom_batching import custom_vmap
 
 from purejaxrl_opt import evaluation
 from purejaxrl_opt.config import RunConfig, hyperparameters
@@ -57,6 +60,10 @@ class Algorithm:
     metric_names: tuple[str, ...]
     num_updates: int
     param_fn: Callable[[Any], Any]  # state -> every trained parameter (for num_params, checkpoints)
+    # state -> bool scalar: may this lane run another update? None: every lane runs all
+    # ``num_updates`` (a fixed-count loop). Set (a budget of real env steps, GRPO): the lane runs
+    # while it is true, ``num_updates`` only bounds the metrics buffer (see run_updates)
+    lane_active: Callable[[Any], jnp.ndarray] | None = None
 
     def default_hparams(self) -> Hyperparameters:
         return hyperparameters(self.run.algo)
@@ -129,7 +136,71 @@ def run_updates(algo: Algorithm, loop: Loop, start: jnp.ndarray | int, stop: jnp
         return loop.replace(algo_state=state, update_idx=loop.update_idx + 1, env_steps=env_steps,
                             metrics=metrics)
 
+    if algo.lane_active is not None:
+        return run_budgeted_updates(algo, loop, start, stop)
     return jax.lax.fori_loop(start, stop, _update_step, loop)
+
+
+@custom_vmap
+def any_lane(active: jnp.ndarray) -> jnp.ndarray:
+    """``active`` itself; under ``vmap`` (lanes), whether it is true in any lane, *unbatched*.
+
+    A ``while_loop`` whose predicate differs per lane becomes, under ``vmap``, a loop that selects its
+    whole carry (metrics buffers included) every iteration, and every ``lax.cond`` inside it a
+    ``select`` running both branches; with this predicate it stays an ordinary loop with a shared
+    counter, and lanes that are done keep their state by a ``where`` on the small parts.
+    """
+    return active
+
+
+@any_lane.def_vmap
+def _any_lane_vmap(axis_size, in_batched, active):
+    del axis_size
+    return (jnp.any(active, axis=0) if in_batched[0] else active), False
+
+
+def run_budgeted_updates(algo: Algorithm, loop: Loop, start: jnp.ndarray | int,
+                         stop: jnp.ndarray | int) -> Loop:
+    """:func:`run_updates` for an algorithm with ``lane_active``: updates ``start, start+1, ...``
+    while ``update < stop`` and some lane is active.
+
+    An update of a lane that is no longer active (its budget spent) changes nothing: state,
+    ``update_idx`` and ``env_steps`` keep their values and its metrics row stays NaN. Lanes become
+    inactive for good (the budget only grows), so an active lane's ``update_idx`` always equals the
+    shared counter, and chunks of updates compose to the same numbers as one loop. The loop ends
+    once every lane is done, so updates past the budget cost nothing.
+    """
+    stop = jnp.minimum(stop, algo.num_updates)
+    every = algo.run.eval_every
+    eval_names = algo.eval_metric_names
+
+    def _cond(carry):
+        update_idx, loop = carry
+        return jnp.logical_and(update_idx < stop, any_lane(algo.lane_active(loop.algo_state)))
+
+    def _body(carry):
+        update_idx, loop = carry
+        active = algo.lane_active(loop.algo_state)
+        state, step_metrics = algo.update(loop.algo_state, loop.hparams, update_idx)
+        env_steps = loop.env_steps + step_metrics.pop("env_steps")
+        step_metrics["env_steps"] = env_steps
+        if eval_names:
+            # update_idx is unbatched (any_lane): a real branch under vmap
+            step_metrics.update(jax.lax.cond(
+                (update_idx + 1) % every == 0,
+                lambda: evaluation.periodic_metrics(algo, state,
+                                                     jax.random.fold_in(loop.eval_key, update_idx)),
+                lambda: {n: jnp.full((), jnp.nan, jnp.float32) for n in eval_names}))
+        metrics = {n: loop.metrics[n].at[update_idx].set(
+            jnp.where(active, step_metrics[n].astype(jnp.float32), jnp.nan)) for n in loop.metrics}
+        state = jax.tree_util.tree_map(lambda new, old: jnp.where(active, new, old), state,
+                                       loop.algo_state)
+        return update_idx + 1, loop.replace(
+            algo_state=state, update_idx=jnp.where(active, loop.update_idx + 1, loop.update_idx),
+            env_steps=jnp.where(active, env_steps, loop.env_steps), metrics=metrics)
+
+    start = jnp.asarray(start, jnp.int32)
+    return jax.lax.while_loop(_cond, _body, (start, loop))[1]
 
 
 def make_train(algo: Algorithm) -> Callable[..., TrainOutput]:

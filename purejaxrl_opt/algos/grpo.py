@@ -8,12 +8,19 @@ the same for all of its steps. The policy then maximises the clipped-ratio objec
 ``beta * k3(pi_theta || pi_ref)`` over ``update_epochs x num_minibatches`` passes, where minibatches
 hold whole episodes and steps after an episode's end count nowhere.
 
-Env-step budget: a rollout always runs ``T`` (the episode limit) steps, but only the unmasked steps
-(real episode steps) are counted as ``env_steps``. By default ``num_updates = total_timesteps //
-(num_groups * group_size * T)``: every update is charged as if all its episodes ran to the limit, so
-no lane can ever exceed ``total_timesteps`` (and, with short episodes, uses less). With
-``max_updates`` above that, an update runs only while such a worst-case batch still fits in the
-lane's remaining budget; later updates are no-ops (state unchanged, NaN metrics, 0 env steps).
+Env-step budget: ``total_timesteps`` counts real (unmasked) episode steps, as PPO's and TRPO's count
+env steps. A lane runs updates while its consumed steps are below ``total_timesteps`` (a
+``while_loop`` over updates, :func:`purejaxrl_opt.algos.base.run_updates` with ``lane_active``), so
+it uses at least all of the budget and at most one update's steps more. The metrics buffer has
+``max_updates`` rows (default ``GRPOConfig.num_updates``: every episode one step long, the most
+updates a run can ever need); rows of updates a lane did not run stay NaN.
+
+Per-step policies (MLP/CNN on gymnax envs) roll with :func:`rollout.group_rollout_until_done`, which
+stops once every episode has ended, and compute the loss over time blocks of ``loss_block_steps``
+steps covering only the first ``L`` (longest episode) steps, summing the blocks' gradients
+(:func:`make_block_grad_fn`): neither the rollout nor the update pays for the padding up to the
+limit ``T``. Token envs (a transformer re-scoring whole answers in one causal pass, answers of a
+few tokens) keep the full-length path: :func:`rollout.group_rollout` and :func:`make_loss_fn`.
 """
 
 from __future__ import annotations
@@ -188,6 +195,160 @@ def compute_advantages(cfg: GRPOConfig, rewards: jnp.ndarray, mask: jnp.ndarray,
     return advantages, outcomes, jnp.sum(~spread).astype(jnp.float32)
 
 
+# --------------------------------------------------------------------------- block-wise loss (pure)
+class EpisodeBuffers(struct.PyTreeNode):
+    """Every episode of one update, time-major ``[S, B]`` (``S``: a whole number of time blocks);
+    rows past the longest episode are zero and masked. Observations are raw."""
+
+    obs: jnp.ndarray  # [S, B, *obs_shape]
+    action: jnp.ndarray  # [S, B] or [S, B, D]
+    log_prob_old: jnp.ndarray  # [S, B]
+    log_prob_ref: jnp.ndarray  # [S, B]
+    advantages: jnp.ndarray  # [S, B]
+    mask: jnp.ndarray  # [S, B] bool
+    lengths: jnp.ndarray  # [B] unmasked steps per episode
+
+
+def step_weights(lengths: jnp.ndarray, num_steps: int, loss_norm: str):
+    """Weights that turn :func:`masked_reduce` into a plain sum over unmasked steps.
+
+    For episodes with ``lengths [E]`` rolled for ``num_steps`` steps: ``(weight [E], step_weight)``
+    with ``masked_reduce(v, mask, loss_norm) == sum_{e,t unmasked} weight[e] * v[e, t]`` and
+    ``masked_reduce(v, mask, "token") == sum_{e,t unmasked} step_weight * v[e, t]``. Being sums over
+    steps, the loss and its gradient split into time blocks whose parts add up to the whole.
+    """
+    num_episodes = lengths.shape[0]
+    step_weight = 1.0 / jnp.maximum(lengths.sum(), 1.0)
+    if loss_norm == "sequence":
+        weight = 1.0 / (num_episodes * jnp.maximum(lengths, 1.0))
+    elif loss_norm == "token":
+        weight = jnp.full((num_episodes,), step_weight)
+    elif loss_norm == "constant":
+        weight = jnp.full((num_episodes,), 1.0 / (num_episodes * num_steps))
+    else:
+        raise ValueError(f"unknown loss_norm {loss_norm!r}")
+    return weight, step_weight
+
+
+def block_objective(log_prob, log_prob_old, log_prob_ref, entropy, advantages, mask, weight,
+                    step_weight, hparams) -> tuple[jnp.ndarray, dict]:
+    """One time block's share of :func:`policy_objective` (per-step arguments ``[K, E]``, ``weight
+    [E]`` and ``step_weight`` from :func:`step_weights`): summed over all blocks, the loss and each
+    diagnostic equal :func:`policy_objective`'s over the whole episodes."""
+    eps = hparams["epsilon"]
+    eps_high = jnp.where(hparams["epsilon_high"] > 0, hparams["epsilon_high"], eps)
+    surrogate = losses.clipped_surrogate(log_prob, log_prob_old, advantages, eps, eps_high)
+    kl_ref = losses.k3_kl(log_prob, log_prob_ref)
+    per_step = surrogate - hparams["beta"] * kl_ref + hparams["ent_coef"] * entropy
+
+    def weighted(x):
+        return jnp.sum(jnp.where(mask, x * weight, 0.0))
+
+    def step_sum(x):
+        return jnp.sum(jnp.where(mask, x, 0.0)) * step_weight
+
+    diagnostics = {
+        "policy_loss": -weighted(surrogate),
+        "kl_ref": step_sum(kl_ref),
+        "entropy": step_sum(entropy),
+        "approx_kl": step_sum(losses.approx_kl(log_prob, log_prob_old)),
+        "clip_frac": step_sum(losses.clip_fraction(log_prob, log_prob_old, eps, eps_high)),
+    }
+    return -weighted(per_step), diagnostics
+
+
+def time_block(x: jnp.ndarray, start, block_steps: int, episodes: jnp.ndarray | None = None):
+    """Rows ``start .. start+block_steps-1`` of a time-major ``x [S, B, ...]`` (``start`` may be
+    traced; ``S`` must be a multiple of ``block_steps`` so no block is clamped onto its neighbour),
+    optionally only the episodes (columns) ``episodes``."""
+    block = jax.lax.dynamic_slice_in_dim(x, start, block_steps, axis=0)
+    return block if episodes is None else block[:, episodes]
+
+
+def make_block_grad_fn(actor_fn, dist, loss_norm: str, block_steps: int, num_steps: int):
+    """``block_grads(flat_params, unravel, data: EpisodeBuffers, obs_norm, episodes [E],
+    num_blocks, hparams) -> (grads, diagnostics)``: the gradient of :func:`policy_objective` over the
+    episodes ``episodes`` (a minibatch), as the sum of the gradients of ``num_blocks`` (traced) time
+    blocks of ``block_steps`` steps. Blocks past the longest episode would add exactly zero, so
+    ``num_blocks = ceil(L / block_steps)`` gives the full gradient at the cost of ``L`` steps, not
+    ``num_steps``. Valid for per-step policies only (a block cuts episodes)."""
+
+    def block_loss(flat_params, unravel, block: EpisodeBuffers, obs_norm, weight, step_weight,
+                   hparams):
+        dist_params = actor_fn(unravel(flat_params)["actor"], envs.obs_norm_apply(obs_norm, block.obs))
+        log_prob = dist.log_prob(dist_params, block.action)
+        return block_objective(log_prob, block.log_prob_old, block.log_prob_ref,
+                               dist.entropy(dist_params), block.advantages, block.mask, weight,
+                               step_weight, hparams)
+
+    block_grad = jax.grad(block_loss, has_aux=True)
+
+    def block_grads(flat_params, unravel, data: EpisodeBuffers, obs_norm, episodes, num_blocks,
+                    hparams):
+        weight, step_weight = step_weights(data.lengths[episodes], num_steps, loss_norm)
+
+        def _block(b, acc):
+            grads, diagnostics = acc
+            block = EpisodeBuffers(
+                *(time_block(x, b * block_steps, block_steps, episodes) for x in
+                  (data.obs, data.action, data.log_prob_old, data.log_prob_ref, data.advantages,
+                   data.mask)), lengths=data.lengths[episodes])
+            g, d = block_grad(flat_params, unravel, block, obs_norm, weight, step_weight, hparams)
+            return grads + g, jax.tree_util.tree_map(jnp.add, diagnostics, d)
+
+        zeros = {k: jnp.zeros((), jnp.float32) for k in DIAGNOSTICS}
+        return jax.lax.fori_loop(0, num_blocks, _block, (jnp.zeros_like(flat_params), zeros))
+
+    return block_grads
+
+
+DIAGNOSTICS = ("policy_loss", "kl_ref", "entropy", "approx_kl", "clip_frac")
+
+
+def block_log_probs(actor_fn, dist, actor_params, obs_norm, obs, action, num_blocks,
+                    block_steps: int) -> jnp.ndarray:
+    """``log pi(action | obs)`` ``[S, B]`` over the first ``num_blocks`` time blocks (zeros after)."""
+
+    def _block(b, out):
+        start = b * block_steps
+        dist_params = actor_fn(actor_params,
+                               envs.obs_norm_apply(obs_norm, time_block(obs, start, block_steps)))
+        log_prob = dist.log_prob(dist_params, time_block(action, start, block_steps))
+        return jax.lax.dynamic_update_slice_in_dim(out, log_prob.astype(out.dtype), start, axis=0)
+
+    return jax.lax.fori_loop(0, num_blocks, _block, jnp.zeros(obs.shape[:2], jnp.float32))
+
+
+def masked_obs_norm_update_blocks(state: envs.ObsNormState, obs: jnp.ndarray, mask: jnp.ndarray,
+                                  num_blocks, block_steps: int) -> envs.ObsNormState:
+    """:func:`purejaxrl_opt.envs.obs_norm_update` (masked) reading only the first ``num_blocks`` time blocks of
+    ``obs [S, B, *obs_shape]`` (two passes: weighted mean, then weighted squared deviations)."""
+    shape = state.mean.shape
+
+    def _weighted(start):
+        weights = time_block(mask, start, block_steps).reshape(-1).astype(jnp.float32)
+        x = time_block(obs, start, block_steps).reshape((-1,) + shape).astype(jnp.float32)
+        return weights, weights.reshape((-1,) + (1,) * len(shape)), x
+
+    def _sums(b, acc):
+        weights, weights_b, x = _weighted(b * block_steps)
+        return acc[0] + weights.sum(), acc[1] + jnp.sum(x * weights_b, 0)
+
+    count, total = jax.lax.fori_loop(0, num_blocks, _sums, (jnp.zeros(()), jnp.zeros(shape)))
+    count = jnp.maximum(count, 1.0)
+    batch_mean = total / count
+
+    def _squares(b, acc):
+        _, weights_b, x = _weighted(b * block_steps)
+        return acc + jnp.sum(weights_b * (x - batch_mean) ** 2, 0)
+
+    batch_var = jax.lax.fori_loop(0, num_blocks, _squares, jnp.zeros(shape)) / count
+    delta = batch_mean - state.mean
+    total_count = state.count + count
+    m2 = state.var * state.count + batch_var * count + delta**2 * state.count * count / total_count
+    return envs.ObsNormState(state.mean + delta * count / total_count, m2 / total_count, total_count)
+
+
 # --------------------------------------------------------------------------- static checks
 def episode_limit(cfg: GRPOConfig, spec: EnvSpec) -> int:
     """Rollout length ``T``: ``max_episode_steps``, else the env's own episode limit."""
@@ -216,12 +377,6 @@ def check_static(run: RunConfig, spec: EnvSpec) -> int:
     """Bad input that needs the env: raise :class:`ConfigError` before compiling; returns ``T``."""
     cfg: GRPOConfig = run.algo
     num_steps = episode_limit(cfg, spec)
-    worst_case = cfg.num_groups * cfg.group_size * num_steps
-    if run.total_timesteps < worst_case:
-        raise ConfigError(
-            f"config key 'total_timesteps' = {run.total_timesteps} is invalid: must be >= one GRPO "
-            f"update's worst case, num_groups * group_size * episode limit = {cfg.num_groups} * "
-            f"{cfg.group_size} * {num_steps} = {worst_case}")
     needed = buffer_bytes(run, spec, num_steps) / 2**30
     if needed > cfg.max_memory_gb:
         raise ConfigError(
@@ -233,6 +388,19 @@ def check_static(run: RunConfig, spec: EnvSpec) -> int:
     return num_steps
 
 
+def uses_block_path(spec: EnvSpec) -> bool:
+    """Early-stopped rollouts and the block-wise loss need a per-step policy: every gymnax env (MLP
+    or CNN). Token envs' transformers re-score whole answers in one causal pass: full length."""
+    return spec.vocab is None
+
+
+def block_layout(cfg: GRPOConfig, num_steps: int) -> tuple[int, int]:
+    """``(block_steps K, buffer_steps S)``: ``K = min(loss_block_steps, T)``, ``S`` = ``T`` rounded up
+    to a whole number of blocks."""
+    block_steps = min(cfg.loss_block_steps, num_steps)
+    return block_steps, -(-num_steps // block_steps) * block_steps
+
+
 # --------------------------------------------------------------------------- the algorithm
 def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
     cfg: GRPOConfig = run.algo
@@ -241,11 +409,11 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
     policy = make_policy(spec, run.network)
     initial_actor = load_initial_actor(run, spec)
     num_episodes = cfg.num_groups * cfg.group_size
-    worst_case = num_episodes * num_steps
-    budget_updates = run.total_timesteps // worst_case
     num_updates = cfg.num_updates(run.total_timesteps, spec.max_steps)
-    gated = num_updates > budget_updates  # some updates may find the budget spent
     loss_fn = make_loss_fn(policy, dist, cfg.loss_norm)
+    blocks = uses_block_path(spec)
+    block_steps, buffer_steps = block_layout(cfg, num_steps)
+    block_grads = make_block_grad_fn(policy.apply, dist, cfg.loss_norm, block_steps, num_steps)
 
     def init(key, hparams):
         actor_key, key = jax.random.split(key)
@@ -255,12 +423,8 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         obs_norm = envs.obs_norm_init(spec.obs_shape) if run.env.normalize_obs else None
         return GRPOState(params, actor_params, opt_state, obs_norm, jnp.zeros((), jnp.float32), key)
 
-    def _learn(state: GRPOState, hparams, update_idx):
-        key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
-        batch = rollout.group_rollout(
-            env, env_params, spec, dist, policy, state.params["actor"], state.obs_norm,
-            rollout_key, cfg.num_groups, cfg.group_size, num_steps, cfg.grouping == "same_start",
-            run.env.clip_actions)
+    def _optimise_full(state: GRPOState, batch: rollout.GroupBatch, hparams, optimizer, shuffle_key):
+        """Whole ``[E, T]`` episodes per minibatch (token envs)."""
         # trajectory-major, so that minibatches are whole episodes
         obs, action, log_prob, reward, mask = jax.tree_util.tree_map(
             lambda x: jnp.swapaxes(x, 0, 1),
@@ -269,25 +433,64 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         advantages, outcomes, zero_spread = compute_advantages(cfg, reward, mask, hparams)
         log_prob_ref = dist.log_prob(policy.episode_apply(state.ref_params, obs, action), action)
         episodes = Minibatch(obs, action, log_prob, log_prob_ref, advantages, mask)
-
-        progress = jnp.maximum(update_idx / num_updates, state.env_steps / run.total_timesteps)
-        learning_rate = hparams["lr"] * (1.0 - progress) if cfg.anneal_lr else hparams["lr"]
-        optimizer = adam(hparams, learning_rate)
         flat_params, unravel = ravel_pytree(state.params)
         grad_fn = jax.grad(lambda flat, mb: loss_fn(unravel(flat)["actor"], mb, hparams), has_aux=True)
-
         flat_params, opt_state, diagnostics = minibatch_epochs(
             grad_fn, optimizer, flat_params, state.opt_state, episodes, num_episodes,
             cfg.num_minibatches, jax.random.split(shuffle_key, cfg.update_epochs))
-        params = unravel(flat_params)
+        obs_norm = (envs.obs_norm_update(state.obs_norm, batch.obs, batch.mask)
+                    if state.obs_norm is not None else None)
+        return unravel(flat_params), opt_state, obs_norm, diagnostics, outcomes, zero_spread
+
+    def _optimise_blocks(state: GRPOState, batch: rollout.GroupBatch, rollout_steps, hparams,
+                         optimizer, shuffle_key):
+        """Time blocks over the first ``rollout_steps`` steps only; minibatches are episode indices."""
+        num_blocks = (rollout_steps + block_steps - 1) // block_steps
+        advantages, outcomes, zero_spread = compute_advantages(cfg, batch.reward.T, batch.mask.T,
+                                                               hparams)
+        log_prob_ref = block_log_probs(policy.apply, dist, state.ref_params, state.obs_norm,
+                                       batch.obs, batch.action, num_blocks, block_steps)
+        data = EpisodeBuffers(batch.obs, batch.action, batch.log_prob, log_prob_ref, advantages.T,
+                              batch.mask, batch.lengths)
+        flat_params, unravel = ravel_pytree(state.params)
+
+        def grad_fn(flat, episodes):
+            return block_grads(flat, unravel, data, state.obs_norm, episodes, num_blocks, hparams)
+
+        flat_params, opt_state, diagnostics = minibatch_epochs(
+            grad_fn, optimizer, flat_params, state.opt_state, jnp.arange(num_episodes), num_episodes,
+            cfg.num_minibatches, jax.random.split(shuffle_key, cfg.update_epochs))
+        obs_norm = (masked_obs_norm_update_blocks(state.obs_norm, batch.obs, batch.mask, num_blocks,
+                                                  block_steps)
+                    if state.obs_norm is not None else None)
+        return unravel(flat_params), opt_state, obs_norm, diagnostics, outcomes, zero_spread
+
+    def update(state: GRPOState, hparams, update_idx):
+        key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
+        progress = jnp.maximum(update_idx / num_updates, state.env_steps / run.total_timesteps)
+        learning_rate = hparams["lr"] * (1.0 - progress) if cfg.anneal_lr else hparams["lr"]
+        optimizer = adam(hparams, learning_rate)
+        same_start = cfg.grouping == "same_start"
+        if blocks:
+            batch, rollout_steps = rollout.group_rollout_until_done(
+                env, env_params, spec, dist, policy.apply, state.params["actor"], state.obs_norm,
+                rollout_key, cfg.num_groups, cfg.group_size, num_steps, same_start,
+                run.env.clip_actions, buffer_steps=buffer_steps)
+            params, opt_state, obs_norm, diagnostics, outcomes, zero_spread = _optimise_blocks(
+                state, batch, rollout_steps, hparams, optimizer, shuffle_key)
+        else:
+            batch = rollout.group_rollout(
+                env, env_params, spec, dist, policy, state.params["actor"], state.obs_norm,
+                rollout_key, cfg.num_groups, cfg.group_size, num_steps, same_start,
+                run.env.clip_actions)
+            params, opt_state, obs_norm, diagnostics, outcomes, zero_spread = _optimise_full(
+                state, batch, hparams, optimizer, shuffle_key)
 
         ref_params = state.ref_params
         if cfg.ref_update_every > 0:
             refresh = (update_idx + 1) % cfg.ref_update_every == 0
             ref_params = jax.tree_util.tree_map(lambda new, old: jnp.where(refresh, new, old),
                                                 params["actor"], ref_params)
-        obs_norm = (envs.obs_norm_update(state.obs_norm, batch.obs, batch.mask)
-                    if state.obs_norm is not None else None)
         env_steps = batch.lengths.sum()
         metrics = {k: v.mean() for k, v in diagnostics.items()}
         metrics.update(
@@ -299,20 +502,11 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
                               key)
         return new_state, metrics
 
-    def update(state: GRPOState, hparams, update_idx):
-        new_state, metrics = _learn(state, hparams, update_idx)
-        if not gated:
-            return new_state, metrics
-        # budget spent for this lane (worst case no longer fits): keep the state, record nothing
-        active = state.env_steps + worst_case <= run.total_timesteps
-        new_state = jax.tree_util.tree_map(lambda new, old: jnp.where(active, new, old),
-                                           new_state, state)
-        metrics = {k: jnp.where(active, v, 0.0 if k == "env_steps" else jnp.nan)
-                   for k, v in metrics.items()}
-        return new_state, metrics
+    def lane_active(state: GRPOState):
+        return state.env_steps < run.total_timesteps
 
     return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=dist,
                      policy=policy, init=init, update=update,
                      policy_params=lambda s: (s.params["actor"], s.obs_norm), metric_names=METRICS,
-                     num_updates=num_updates, param_fn=lambda s: s.params)
+                     num_updates=num_updates, param_fn=lambda s: s.params, lane_active=lane_active)
 
