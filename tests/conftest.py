@@ -7,8 +7,17 @@ import os
 # keep tests on CPU and deterministic even where an accelerator is present
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import tempfile  # noqa: E402
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
+
+# Tests build the same programs many times (a run and its chunked, resumed or swept twin): XLA's
+# persistent cache, keyed by the program itself, compiles each once per test session. A fresh
+# directory per session, so nothing carries over between sessions.
+jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp(prefix="pjo_xla_cache_"))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 from purejaxrl_opt.config import EnvConfig, PPOConfig, RunConfig  # noqa: E402
 

@@ -382,6 +382,9 @@ def test_max_updates_bounds_the_run():
 
 # --------------------------------------------------------------------------- learning
 def test_short_cartpole_run_beats_random(tmp_path):
+    """Threshold calibrated over 24 seeds of this config (keys 1000..1023, one compile of
+    ``jax.jit(jax.vmap(make_train(run)))``): final eval return per seed 356..500, worst 2-seed mean
+    401 (the test wants > 100; a random policy gets ~22)."""
     from purejaxrl_opt import runner
 
     run = _grpo_run(update_epochs=4, num_minibatches=4, lr=1e-3, num_seeds=2,

@@ -4,7 +4,9 @@ fails before compiling."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +22,7 @@ from purejaxrl_opt.policies import episode_tokens, make_policy
 
 NET = NetworkConfig(kind="transformer", d_model=32, num_layers=1, num_heads=2, mlp_ratio=2)
 ONE_DIGIT = {"min_digits": 1, "max_digits": 1}
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def token_run(algo, env_params=None, **kwargs) -> RunConfig:
@@ -97,32 +100,68 @@ def test_init_from_loads_the_sft_policy_as_policy_and_reference(sft_run):
 
 
 # --------------------------------------------------------------------------- RL from the SFT start
-@pytest.mark.parametrize("algo", ["grpo", "ppo"])
-def test_rl_from_the_sft_start_evaluates_held_out_prompts_periodically(sft_run, algo, tmp_path):
-    """RL from the SFT checkpoint through the runner: held-out accuracy in the summary, the periodic
-    evaluation every 10th update (NaN in between), examples in the run dir.
+def training_prompt_accuracy(algo, actor_params, num_prompts: int = 512) -> np.ndarray:
+    """Greedy accuracy of each lane's policy (leading axis) on ``num_prompts`` draws from the
+    training split, the prompts RL trains on; the same draws for every lane and every call."""
+    def lane(params):
+        batch = rollout.group_rollout(algo.env, algo.env_params, algo.spec, algo.dist, algo.policy,
+                                      params, None, jax.random.PRNGKey(7), num_prompts, 1,
+                                      algo.spec.max_steps, False, greedy=True)
+        return batch.correct.astype(jnp.float32).mean()
 
-    No accuracy threshold here: over 20 seeds the held-out accuracy after a short run from this tiny
-    SFT model ranged 0.20-0.56 (it crossed a fixed margin on one machine and not on another). The
-    learning claim on token tasks is the multi-seed comparison in experiments/compare_tokens.py."""
-    out, summary = sft_run
-    assert summary["eval_accuracy"] < 0.9
-    if algo == "grpo":
-        cfg = GRPOConfig(num_groups=16, group_size=8, update_epochs=2, num_minibatches=2, lr=1e-3,
-                         beta=0.0)
-    else:
-        cfg = PPOConfig(num_envs=128, num_steps=3, update_epochs=2, num_minibatches=2, lr=1e-3,
-                        gamma=1.0, ent_coef=0.0, anneal_lr=False)
-    run = token_run(cfg, init_from=str(out), total_timesteps=12_000, eval_episodes=200, seed=1,
-                    eval_every=10)
+    return np.asarray(jax.jit(jax.vmap(lane))(actor_params))
+
+
+@pytest.mark.slow  # ~50 s on 2 cores: a learning check, run with the slow tier
+def test_ppo_from_the_sft_start_answers_most_training_prompts(sft_run, tmp_path):
+    """From the tiny SFT model, 30k env steps of PPO: every seed's greedy accuracy on the training
+    prompts (the prompts RL trains on) above 0.65.
+
+    Calibrated with one compile per SFT model over 20 vmapped RL seeds (a scratch script running
+    ``run_updates`` on lane keys 100.., 1100.., 2100..; this PPO config, 78 updates), for SFT seeds
+    0, 1, 2: start (SFT) 0.643 / 0.807 / 0.789, after PPO min 0.742 / 0.721 / 0.807, mean 0.832 /
+    0.833 / 0.860. The worst of the 60 runs is 0.721. How far PPO lifts the *start* depends on the
+    SFT model (seed 1's start is already 0.81, and its worst PPO seed ends below it), and the SFT
+    model's floats differ from machine to machine, so the gain over the start is not asserted; nor
+    is held-out accuracy (0.20..0.56 after PPO over these runs; a result for
+    ``experiments/compare_tokens.py``, not a test).
+    """
+    out, _ = sft_run
+    cfg = PPOConfig(num_envs=128, num_steps=3, update_epochs=2, num_minibatches=2, lr=1e-3, gamma=1.0,
+                    ent_coef=0.0, anneal_lr=False)
+    run = token_run(cfg, init_from=str(out), total_timesteps=30_000, eval_episodes=64, seed=1,
+                    num_seeds=2)
+    algo = make_algorithm(run)
+    assert algo.num_updates == 78
     result = runner.execute(run, tmp_path, loggers=(), num_chunks=1)
-    assert 0.0 <= result.summary["eval_accuracy"] <= 1.0
-    # the periodic evaluation: every 10th update, NaN in between; examples in the run dir
+    # the SFT start as lane 0, the two trained seeds as lanes 1, 2: one compile
+    lanes = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]),
+                                   sft.load_policy(str(out), NET, algo.spec),
+                                   algo.policy_params(result.loop.algo_state)[0])
+    start, *final = training_prompt_accuracy(algo, lanes)
+    assert start < 0.95, start  # the SFT model does not already answer them all
+    assert np.all(np.asarray(final) > 0.65), (start, final)
+
+
+@pytest.mark.parametrize("algo_name", ["grpo", "ppo"])
+def test_rl_from_the_sft_start_evaluates_held_out_prompts_periodically(sft_run, algo_name, tmp_path):
+    """A short RL run from the SFT checkpoint: the periodic held-out evaluation (every 5th update,
+    NaN in between), the final held-out accuracy in the summary, example answers in the run dir."""
+    out, _ = sft_run
+    if algo_name == "grpo":
+        cfg = GRPOConfig(num_groups=8, group_size=4, update_epochs=1, num_minibatches=1, beta=0.0)
+    else:
+        cfg = PPOConfig(num_envs=32, num_steps=3, update_epochs=1, num_minibatches=1, gamma=1.0)
+    run = token_run(cfg, init_from=str(out), total_timesteps=1000, eval_episodes=16, seed=1,
+                    eval_every=5)
+    result = runner.execute(run, tmp_path, loggers=(), num_chunks=1)
     ran = np.isfinite(np.asarray(result.loop.metrics["env_steps"])[0])  # GRPO: until its budget
     accuracy = np.asarray(result.loop.metrics["eval_accuracy"])[0][ran]
-    evaluated = (np.arange(accuracy.size) + 1) % 10 == 0
+    assert accuracy.size >= 10
+    evaluated = (np.arange(accuracy.size) + 1) % 5 == 0
     assert np.isfinite(accuracy[evaluated]).all() and np.isnan(accuracy[~evaluated]).all()
     assert np.all((accuracy[evaluated] >= 0) & (accuracy[evaluated] <= 1))
+    assert 0 <= result.summary["eval_accuracy"] <= 1 and result.summary["eval_split"] == "test"
     examples = (tmp_path / "examples.txt").read_text().splitlines()
     assert len(examples) > 10 and "=" in examples[1] and ("[correct]" in examples[1] or "[wrong]" in examples[1])
 
@@ -166,6 +205,13 @@ def test_init_from_refuses_other_architectures_vocabularies_and_buffers(sft_run,
                                  init_from=str(out)))
 
 
+def compose(config_name: str, overrides: list[str]):
+    from hydra import compose as hydra_compose, initialize_config_dir
+
+    with initialize_config_dir(str(ROOT / "conf"), version_base=None):
+        return hydra_compose(config_name, overrides=overrides)
+
+
 @pytest.mark.parametrize("module, overrides, message", [
     ("sft", ["+sft.bogus=1"], "unknown config key 'sft.bogus'"),
     ("sft", ["sft.num_examples=0"], "'sft.num_examples' = 0"),
@@ -173,7 +219,30 @@ def test_init_from_refuses_other_architectures_vocabularies_and_buffers(sft_run,
     ("train", ["algo=grpo", "env=Addition-v0", "env.params.max_len=5"], "'env.params.max_len' = 5"),
     ("train", ["algo=grpo", "env=Addition-v0", "init_from=/nonexistent"], "'init_from'"),
 ])
-def test_cli_bad_token_input_fails_before_compiling(module, overrides, message, tmp_path):
+def test_bad_token_input_fails_before_compiling(module, overrides, message, tmp_path, monkeypatch):
+    """In process (the CLI's own functions): each case a ConfigError naming the key, nothing written,
+    nothing compiled. The command line's exit code 2 is checked once below (a subprocess each)."""
+    from purejaxrl_opt.train import run_from_config
+
+    def _refuse(*args, **kwargs):
+        raise AssertionError("compiled despite bad input")
+
+    monkeypatch.setattr(runner, "Compiled", _refuse)
+    monkeypatch.setattr(sft, "make_sft_train", _refuse)
+    out = tmp_path / "run"
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        if module == "sft":
+            sft.run_sft(*sft.config_from_hydra(compose("sft", overrides)), out_dir=out, log=lambda *_: None)
+        else:
+            run_from_config(compose("config", overrides), str(out))
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("module, overrides, message", [
+    ("sft", ["sft.num_examples=0"], "'sft.num_examples' = 0"),
+    ("train", ["algo=grpo", "env=Addition-v0", "env.params.max_len=5"], "'env.params.max_len' = 5"),
+])
+def test_cli_bad_token_input_exits_with_code_2(module, overrides, message, tmp_path):
     import subprocess
     import sys
 

@@ -229,6 +229,12 @@ def test_end_to_end_kl_bound_acceptance_learning_and_nan_lane():
     lanes 0, 1: seeds 0, 1 at max_kl 0.02; lane 2: max_kl 0.004; lane 3: critic_lr = NaN, so the
     critic is NaN after update 0 and every later policy step sees NaN advantages. FVPs on the
     default random fifth of the batch (``fvp_subsample``); the KL bound is checked on all of it.
+
+    Learning thresholds calibrated over 24 seeds of this config (keys 1000..1023, one compile of
+    these vmapped functions): per seed, accepted fraction 1.0 everywhere (test: > 0.8), late return
+    130..500 (test: mean of 2 seeds > 100; worst pair of the 24 seeds 155), late/early 2.7..13.2
+    (test: > 2.5 for the 2-seed mean; worst pair 4.2), largest step KL 0.0196..0.0200 (test:
+    > 0.006).
     """
     run = RunConfig(algo=TRPOConfig(num_envs=8, num_steps=64, max_kl=0.02),
                     env=EnvConfig(id="CartPole-v1"), total_timesteps=40_960)

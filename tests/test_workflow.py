@@ -201,8 +201,10 @@ def test_sweep_trains_every_config_in_one_compile(sweep_run):
 
 
 def test_a_sweep_lane_is_the_run_with_those_values(sweep_run):
-    """Config 1's lanes train the agents of a plain run with lr=0.0003, clip_eps=0.3 (up to float
-    rounding of the differently batched program: compared over the first updates)."""
+    """Config 1's lanes train the agents of a plain run with lr=0.0003, clip_eps=0.3. Another program
+    (4 lanes and traced hyperparameters vs 2 lanes): float sums may round differently, and RL turns
+    last-bit differences into different runs, so only the first updates are compared, with a
+    tolerance."""
     import jax
 
     from purejaxrl_opt import algos
@@ -213,7 +215,8 @@ def test_a_sweep_lane_is_the_run_with_those_values(sweep_run):
     run = from_dictconfig(compose(TINY + ["algo.lr=0.0003", "algo.clip_eps=0.3"]))
     separate = jax.jit(jax.vmap(make_train(algos.make_algorithm(run))))(lane_keys(range(run.seed, run.seed + run.num_seeds)))
     swept = {k: np.asarray(v)[2:] for k, v in result.loop.metrics.items()}
-    np.testing.assert_array_equal(swept["return_mean"][:, 0], np.asarray(separate.metrics["return_mean"])[:, 0])
+    np.testing.assert_allclose(swept["return_mean"][:, 0], np.asarray(separate.metrics["return_mean"])[:, 0],
+                               rtol=1e-6)
     for name in ("policy_loss", "value_loss", "approx_kl", "learning_rate"):
         np.testing.assert_allclose(swept[name][:, :3], np.asarray(separate.metrics[name])[:, :3],
                                    rtol=1e-4, atol=1e-6, err_msg=name)
