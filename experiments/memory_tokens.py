@@ -17,7 +17,10 @@ import time
 from functools import partial
 from pathlib import Path
 
+import sys
+
 OUT = Path(__file__).resolve().parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package, not an installed one
 
 
 def measure(algo_name: str, env_id: str, d_model: int) -> dict:
@@ -33,7 +36,9 @@ def measure(algo_name: str, env_id: str, d_model: int) -> dict:
     with initialize_config_dir(conf_dir, version_base=None):
         cfg = compose("config", overrides=[f"algo={algo_name}", f"env={env_id}", "num_seeds=1",
                                            f"network.d_model={d_model}", "eval_every=0", "eval_samples=0"])
-    cfg = {k: v for k, v in cfg.items() if k != "hydra"}
+    from omegaconf import OmegaConf
+
+    cfg = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "hydra"}
     run = config.from_dictconfig(cfg)
     algo = algos.make_algorithm(run)
     keys, hparams = sweep.lane_inputs(run, None)
