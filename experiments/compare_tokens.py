@@ -1,6 +1,8 @@
-"""GRPO against PPO-with-a-critic on token generation (Addition-v0, 2-digit operands), from one SFT start.
+"""GRPO against PPO-with-a-critic on token generation (Addition-v0, 2-digit operands, or any token env
+with ``--env``), from one SFT start.
 
     python experiments/compare_tokens.py                    # everything (about 1 h on 2 CPU cores)
+    python experiments/compare_tokens.py --env Multiply-v0 --out outputs/multiply   # results/compare_multiply-v0.*
     python experiments/compare_tokens.py --only grpo ppo    # some methods; finished runs are reused
 
 Steps (each a CLI run into ``--out``; a run whose ``summary.json`` exists is reused unless ``--force``):
@@ -51,9 +53,9 @@ def run(cmd: list[str], log: Path) -> None:
 def ensure_sft(args) -> Path:
     out = args.out / "sft"
     if args.force or not (out / "summary.json").is_file():
-        run([sys.executable, "-m", "purejaxrl_opt.sft", "env=Addition-v0", f"seed={args.seed}",
+        run([sys.executable, "-m", "purejaxrl_opt.sft", f"env={args.env}", f"seed={args.seed}",
              f"sft.num_examples={args.sft_examples}", f"sft.steps={args.sft_steps}",
-             f"hydra.run.dir={out}"], args.out / "sft.log")
+             f"hydra.run.dir={out}", *args.sft_extra], args.out / "sft.log")
     return out
 
 
@@ -61,7 +63,7 @@ def ensure_method(args, name: str, sft_dir: Path) -> Path:
     out = args.out / name
     if args.force or not (out / "summary.json").is_file():
         algo, extra = METHODS[name]
-        cmd = [sys.executable, "-m", "purejaxrl_opt.train", algo, "env=Addition-v0", f"seed={args.seed}",
+        cmd = [sys.executable, "-m", "purejaxrl_opt.train", algo, f"env={args.env}", f"seed={args.seed}",
                f"num_seeds={args.seeds}", f"init_from={sft_dir}", "checkpoint.final=false", "logger=none",
                f"hydra.run.dir={out}", *extra, *args.extra]
         if args.total_timesteps:
@@ -108,6 +110,8 @@ def last_fraction_mean(run_dir: Path, column: str, fraction: float = 0.1) -> flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "tokens")
+    parser.add_argument("--env", default="Addition-v0")
+    parser.add_argument("--sft-extra", nargs="*", default=[], help="more overrides for the SFT run")
     parser.add_argument("--only", nargs="*", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
@@ -132,6 +136,9 @@ def main() -> None:
             "eval_accuracy": summary["eval_accuracy"],
             "eval_accuracy_per_seed": summary["eval_accuracy_per_seed"],
             "eval_accuracy_sampled": summary["eval_accuracy_sampled"],
+            "eval_pass@8": summary.get("eval_pass@8"),
+            "eval_pass@8_per_seed": summary.get("eval_pass@8_per_seed"),
+            "eval_pass@1": summary.get("eval_pass@1"),
             f"seconds_to_{args.target}": float(seconds[reached[0]]) if reached.size else None,
             f"env_steps_to_{args.target}": float(steps[reached[0]]) if reached.size else None,
             "kl_ref_final": last_fraction_mean(run_dir, "kl_ref"),
@@ -156,7 +163,8 @@ def main() -> None:
              "methods": results, "target": args.target,
              "command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:])}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "compare_tokens.json").write_text(json.dumps(table, indent=2))
+    stem = "compare_tokens" if args.env == "Addition-v0" else f"compare_{args.env.lower()}"
+    (RESULTS / f"{stem}.json").write_text(json.dumps(table, indent=2))
 
     def mb(x):
         return f"{x / 2**20:.0f}" if x else "n/a"
@@ -165,17 +173,18 @@ def main() -> None:
              f"({sft_summary['examples']} examples; training-prompt accuracy "
              f"{sft_summary['train_accuracy']:.3f})", "",
              f"| method | greedy acc (mean; per seed) | sampled acc | s to {args.target} | "
-             "KL to ref (k3, last 10%) | params | update MiB (XLA) | max RSS MiB | env steps/s | run s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "KL to ref (k3, last 10%) | params | update MiB (XLA) | max RSS MiB | env steps/s | run s | pass@8 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         to_target = r[f"seconds_to_{args.target}"]
         lines.append(
             f"| {name} | {r['eval_accuracy']:.3f} ({', '.join(f'{a:.3f}' for a in r['eval_accuracy_per_seed'])}) "
             f"| {r['eval_accuracy_sampled']:.3f} | {'not reached' if to_target is None else f'{to_target:.0f}'} "
             f"| {r['kl_ref_final']:.3f} | {r['num_params']:,} | {mb(r['update_total_bytes'])} "
-            f"| {mb(r['process_max_rss_bytes'])} | {r['env_steps_per_second']:,.0f} | {r['run_seconds']:.0f} |")
+            f"| {mb(r['process_max_rss_bytes'])} | {r['env_steps_per_second']:,.0f} | {r['run_seconds']:.0f} "
+            f"| {'n/a' if r['eval_pass@8'] is None else format(r['eval_pass@8'], '.3f')} |")
     text = "\n".join(lines) + "\n"
-    (RESULTS / "compare_tokens.md").write_text(text)
+    (RESULTS / f"{stem}.md").write_text(text)
     print(text)
 
     import matplotlib
@@ -195,10 +204,10 @@ def main() -> None:
         ax.set_ylabel("held-out greedy accuracy")
         ax.grid(alpha=0.3)
     axes[0].legend()
-    fig.suptitle(f"Addition-v0 (2-digit): mean and range over {args.seeds} seeds")
+    fig.suptitle(f"{args.env}: mean and range over {args.seeds} seeds")
     fig.tight_layout()
-    fig.savefig(RESULTS / "compare_tokens.png", dpi=120)
-    print(f"wrote {RESULTS / 'compare_tokens.json'}, .md, .png")
+    fig.savefig(RESULTS / f"{stem}.png", dpi=120)
+    print(f"wrote {RESULTS / (stem + '.json')}, .md, .png")
 
 
 if __name__ == "__main__":

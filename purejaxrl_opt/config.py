@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from purejaxrl_opt.errors import ConfigError
 
 # token envs (purejaxrl_opt/token_envs.py); listed here so that validating a config needs no env module
-TOKEN_ENV_IDS: tuple[str, ...] = ("Addition-v0", "Reverse-v0")
+TOKEN_ENV_IDS: tuple[str, ...] = ("Addition-v0", "Reverse-v0", "Multiply-v0")
 # MNISTBandit downloads MNIST at construction time: not usable offline, so not offered
 _EXCLUDED_ENVS = ("MNISTBandit-bsuite",)
 # Fisher-vector product forms (natural_gradient.make_fisher_vector_product)
@@ -69,7 +69,11 @@ class EnvConfig:
     params: Mapping[str, Any] = field(default_factory=dict)  # overrides of gymnax EnvParams fields
 
     def validate(self, prefix: str) -> None:
-        one_of(f"{prefix}.id", self.id, supported_env_ids())
+        if ":" in self.id:  # a task of the user's own module (module:Class), resolved by token_envs.make
+            return
+        _check(self.id in supported_env_ids(), f"{prefix}.id", self.id,
+               f"one of {list(supported_env_ids())}, or 'module:TaskClass' for a task defined outside "
+               "the package (purejaxrl_opt/tasks.py)")
 
 
 @dataclass(frozen=True)
@@ -324,6 +328,10 @@ class RunConfig:
     eval_every: int = 0
     # start from the policy of a supervised checkpoint (python -m purejaxrl_opt.sft); token envs
     init_from: str | None = None
+    # token envs: pass@k (Chen et al. 2021, unbiased from eval_samples sampled answers to each of the
+    # eval_episodes held-out prompts) for every k in eval_pass_k, final and with eval_every; 0 = off
+    eval_samples: int = 0
+    eval_pass_k: tuple[int, ...] = (1, 8)
 
     def validate(self) -> None:
         non_negative("seed", self.seed)
@@ -331,6 +339,11 @@ class RunConfig:
         positive("total_timesteps", self.total_timesteps)
         positive("eval_episodes", self.eval_episodes)
         non_negative("eval_every", self.eval_every)
+        non_negative("eval_samples", self.eval_samples)
+        if self.eval_samples:
+            _check(len(self.eval_pass_k) > 0 and all(1 <= k <= self.eval_samples for k in self.eval_pass_k)
+                   and len(set(self.eval_pass_k)) == len(self.eval_pass_k), "eval_pass_k",
+                   list(self.eval_pass_k), f"distinct ints in [1, eval_samples = {self.eval_samples}]")
         self.env.validate("env")
         self.network.validate("network")
         self.algo.validate(self.algo.name, self)

@@ -42,10 +42,10 @@ def make(env_id: str, params_overrides: dict[str, Any] | None = None):
 
     from purejaxrl_opt import token_envs
 
-    if env_id not in SUPPORTED_ENVS:
+    if env_id not in SUPPORTED_ENVS and not token_envs.is_token_env(env_id):
         raise ValueError(f"unknown env '{env_id}'; supported: {list(SUPPORTED_ENVS)}")
     overrides = dict(params_overrides or {})
-    if env_id in token_envs.TOKEN_ENVS:
+    if token_envs.is_token_env(env_id):
         # options fix the token buffer's shape: they are constructor arguments, checked here
         env, env_params = token_envs.make(env_id, overrides)
         overrides = {}
@@ -69,7 +69,7 @@ def make(env_id: str, params_overrides: dict[str, Any] | None = None):
     else:
         raise ValueError(f"{env_id}: unsupported action space {space!r}")
     max_steps = int(getattr(env_params, "max_steps_in_episode", 0) or 0)
-    vocab = tuple(env.vocab) if env_id in token_envs.TOKEN_ENVS else None
+    vocab = tuple(env.vocab) if token_envs.is_token_env(env_id) else None
     spec = EnvSpec(env_id, obs_shape, discrete, num_actions, low, high, max_steps, vocab)
     return env, env_params, spec
 

@@ -4,7 +4,8 @@ held-out accuracy on token envs.
 Everything takes an ``algo`` (:class:`purejaxrl_opt.algos.base.Algorithm`: its env, its ``policy``
 bundle and ``policy_params(state) -> (actor_params, obs_norm)``) and runs inside jit unless it says
 otherwise. Gymnax envs: complete episodes played in parallel (deterministic = the distribution's mode).
-Token envs: one answer to each of ``eval_episodes`` held-out (test-split) prompts.
+Token envs: one answer to each of ``eval_episodes`` held-out (test-split) prompts (greedy accuracy,
+sampled accuracy), and with ``eval_samples = n > 0`` also ``n`` sampled answers to each for pass@k.
 """
 
 from __future__ import annotations
@@ -59,6 +60,41 @@ def token_generations(algo, actor_params, key: jax.Array, greedy: bool,
         key, num_prompts or algo.run.eval_episodes, 1, algo.spec.max_steps, False, greedy=greedy)
 
 
+def pass_at_k(num_samples: int, num_correct, k: int):
+    """Unbiased pass@k (Chen et al. 2021) from ``num_correct`` correct answers among ``num_samples``
+    per prompt: ``1 - C(n - c, k) / C(n, k)``, computed as ``1 - prod_{i=n-c+1}^{n} (1 - k / i)``
+    (no large binomials), exactly 1 when ``n - c < k``. ``num_correct`` may be an array (any shape);
+    jittable; float32."""
+    n = num_samples
+    if not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 1 <= k <= n; got k={k}, n={n}")
+    c = jnp.asarray(num_correct, jnp.float32)[..., None]
+    i = jnp.arange(1, n + 1, dtype=jnp.float32)
+    factors = jnp.where(i > n - c, 1.0 - k / i, 1.0)
+    return jnp.where(n - c[..., 0] < k, 1.0, 1.0 - jnp.prod(factors, axis=-1))
+
+
+def pass_at_k_metrics(algo, actor_params, key: jax.Array) -> dict:
+    """``{eval_pass@k: mean over prompts}`` from ``run.eval_samples`` sampled answers to each of
+    ``eval_episodes`` held-out prompts (a group per prompt, same reset key)."""
+    run = algo.run
+    n = run.eval_samples
+    batch = rollout.group_rollout(
+        algo.env, algo.eval_env_params, algo.spec, algo.dist, algo.policy, actor_params, None, key,
+        run.eval_episodes, n, algo.spec.max_steps, True)
+    num_correct = batch.correct.reshape(run.eval_episodes, n).sum(axis=1)
+    return {f"eval_pass@{k}": pass_at_k(n, num_correct, k).mean() for k in run.eval_pass_k}
+
+
+def pass_at_k_names(run) -> tuple[str, ...]:
+    return tuple(f"eval_pass@{k}" for k in run.eval_pass_k) if run.eval_samples else ()
+
+
+# pass@k's key is folded from the evaluation key (not split from it): greedy and sampled answers keep
+# the keys they had before pass@k existed
+_PASS_AT_K_FOLD = 0x7061
+
+
 def returns(algo, state, key: jax.Array, deterministic: bool | None = None) -> jnp.ndarray:
     """``[eval_episodes]`` returns of the policy of ``state`` (``run.eval_deterministic`` by default)."""
     actor_params, obs_norm = algo.policy_params(state)
@@ -85,9 +121,12 @@ def periodic_metrics(algo, state, key: jax.Array) -> dict:
     greedy_key, sampled_key = jax.random.split(key)
     greedy = token_generations(algo, actor_params, greedy_key, greedy=True)
     sampled = token_generations(algo, actor_params, sampled_key, greedy=False)
-    return {"eval_return": greedy.returns.mean(),
-            "eval_accuracy": greedy.correct.astype(jnp.float32).mean(),
-            "eval_accuracy_sampled": sampled.correct.astype(jnp.float32).mean()}
+    metrics = {"eval_return": greedy.returns.mean(),
+               "eval_accuracy": greedy.correct.astype(jnp.float32).mean(),
+               "eval_accuracy_sampled": sampled.correct.astype(jnp.float32).mean()}
+    if algo.run.eval_samples:
+        metrics.update(pass_at_k_metrics(algo, actor_params, jax.random.fold_in(key, _PASS_AT_K_FOLD)))
+    return metrics
 
 
 def token_accuracy(algo, loop) -> tuple[dict, str]:
@@ -100,9 +139,11 @@ def token_accuracy(algo, loop) -> tuple[dict, str]:
         actor_params, _ = algo.policy_params(loop.algo_state)
         greedy = token_generations(algo, actor_params, loop.eval_key, greedy=True)
         sampled = token_generations(algo, actor_params, loop.eval_key, greedy=False)
-        return greedy, sampled.correct
+        passes = (pass_at_k_metrics(algo, actor_params, jax.random.fold_in(loop.eval_key, _PASS_AT_K_FOLD))
+                  if algo.run.eval_samples else {})
+        return greedy, sampled.correct, passes
 
-    greedy, sampled_correct = jax.tree_util.tree_map(np.asarray, jax.jit(jax.vmap(_lane))(loop))
+    greedy, sampled_correct, passes = jax.tree_util.tree_map(np.asarray, jax.jit(jax.vmap(_lane))(loop))
     per_lane = greedy.correct.mean(axis=1)
     per_lane_sampled = sampled_correct.mean(axis=1)
     stats = {"eval_accuracy": float(per_lane.mean()),
@@ -110,9 +151,14 @@ def token_accuracy(algo, loop) -> tuple[dict, str]:
              "eval_accuracy_sampled": float(per_lane_sampled.mean()),
              "eval_accuracy_sampled_per_seed": [float(x) for x in per_lane_sampled],
              "eval_prompts": int(greedy.correct.shape[1]), "eval_split": "test"}
+    for name, per_seed in passes.items():
+        stats[name] = float(per_seed.mean())
+        stats[f"{name}_per_seed"] = [float(x) for x in per_seed]
+    if passes:
+        stats["eval_samples"] = algo.run.eval_samples
     lines = ["# held-out (test-split) prompts and the greedy answers of lane 0's final policy"]
     lines += format_answers(greedy.obs[0, 0], greedy.action[0].T, greedy.lengths[0], greedy.correct[0],
-                            32)
+                            32, algo.spec.vocab)
     return stats, "\n".join(lines) + "\n"
 
 

@@ -163,6 +163,9 @@ class GroupBatch(NamedTuple):
     returns: jnp.ndarray  # [B] undiscounted episode return
     lengths: jnp.ndarray  # [B] unmasked steps
     correct: jnp.ndarray  # [B] bool: the env reported info["correct"] (token envs; else False)
+    # [B, R]: each of the env's R reward functions, summed over the episode (token envs'
+    # info["reward_terms"]; R = 0 for other envs)
+    reward_terms: jnp.ndarray
 
 
 def group_reset_keys(key: jax.Array, num_groups: int, group_size: int, same_start: bool) -> jax.Array:
@@ -205,17 +208,19 @@ def group_rollout(env, env_params, spec: EnvSpec, dist: Distribution, policy, ac
             env_params)
         reward = jnp.where(alive, reward.astype(jnp.float32), 0.0)
         correct = jnp.logical_and(alive, info.get("correct", jnp.zeros_like(alive)))
+        terms = info.get("reward_terms", jnp.zeros((num_envs, 0), jnp.float32))
+        terms = jnp.where(alive[:, None], terms, 0.0)
         still_alive = jnp.logical_and(alive, jnp.logical_not(jnp.logical_or(terminated, truncated)))
         policy_carry, dist_params = policy.advance(actor_params, policy_carry, action,
                                                    envs.obs_norm_apply(obs_norm, next_obs))
         return ((env_state, next_obs, still_alive, policy_carry, dist_params),
-                (obs, action, log_prob, reward, alive, correct))
+                (obs, action, log_prob, reward, alive, correct, terms))
 
     init = (env_state, obs, jnp.ones((num_envs,), bool), policy_carry, dist_params)
-    _, (obs, action, log_prob, reward, mask, correct) = jax.lax.scan(
+    _, (obs, action, log_prob, reward, mask, correct, terms) = jax.lax.scan(
         _env_step, init, jax.random.split(loop_key, max_steps))
     return GroupBatch(obs, action, log_prob, reward, mask, reward.sum(0),
-                      mask.sum(0).astype(jnp.float32), jnp.any(correct, axis=0))
+                      mask.sum(0).astype(jnp.float32), jnp.any(correct, axis=0), terms.sum(0))
 
 
 def group_rollout_until_done(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn: ActorFn,
@@ -280,6 +285,8 @@ def group_rollout_until_done(env, env_params, spec: EnvSpec, dist: Distribution,
             jnp.zeros((num_envs,), bool), buffers)
     num_steps, *_, correct, (obs, action, log_prob, reward, mask) = jax.lax.while_loop(
         _cond, _body, init)
+    # per-step policies act on gymnax envs, whose steps carry no reward terms (task envs roll with
+    # group_rollout)
     batch = GroupBatch(obs, action, log_prob, reward, mask, reward.sum(0),
-                       mask.sum(0).astype(jnp.float32), correct)
+                       mask.sum(0).astype(jnp.float32), correct, jnp.zeros((num_envs, 0), jnp.float32))
     return batch, num_steps

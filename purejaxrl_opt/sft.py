@@ -253,7 +253,8 @@ def run_sft(env_cfg: EnvConfig, net: NetworkConfig, cfg: SFTConfig, seed: int, o
     save_checkpoint(out_dir / "checkpoint", params, meta)
     from purejaxrl_opt.token_envs import format_answers
 
-    lines = format_answers(batch.obs[0], batch.action.T, batch.lengths, batch.correct, cfg.examples)
+    lines = format_answers(batch.obs[0], batch.action.T, batch.lengths, batch.correct, cfg.examples,
+                           spec.vocab)
     (out_dir / "examples.txt").write_text("# held-out prompts, greedy answers\n" + "\n".join(lines) + "\n")
     with open(out_dir / "metrics.csv", "w") as f:
         f.write("step,loss,train_accuracy\n")

@@ -35,7 +35,7 @@ LAYERS = {
     "policies": MODEL, "networks": MODEL, "transformer": MODEL, "distributions": MODEL,
     "pretrained": MODEL,
     # environments
-    "envs": ENV, "token_envs": ENV,
+    "envs": ENV, "token_envs": ENV, "tasks": ENV,
     # leaves
     "config": LEAF, "errors": LEAF, "checkpoint": LEAF, "xla_flags": LEAF,
 }

@@ -25,8 +25,8 @@ def _play(env, params, state, tokens, seed=0):
         key, sub = jax.random.split(key)
         obs, state, reward, term, trunc, info = env.step(sub, state, jnp.int32(te.action_of_token(t)),
                                                          params)
-        out.append((float(reward), bool(term), bool(trunc), bool(info["correct"]),
-                    bool(info["well_formed"])))
+        format_term = info["reward_terms"][env.reward_names.index("format")]
+        out.append((float(reward), bool(term), bool(trunc), bool(info["correct"]), bool(format_term)))
     return out
 
 
@@ -90,7 +90,7 @@ def test_rewards_and_episode_ends(env_id):
     assert out == [(0.0, True, False, False, False)]
 
     # format reward: only when set, only for well-formed output (digits then EOS, at least one digit)
-    fparams = params.replace(format_reward=0.5)
+    fparams = params.replace(weights={**params.weights, "format": 0.5})
     assert _play(env, params, state, wrong)[-1][0] == 0.0
     assert _play(env, fparams, state, wrong)[-1][0] == 0.5
     assert _play(env, fparams, state, wrong)[-1][4]
@@ -186,7 +186,7 @@ def test_split_fraction_and_vmapped_split():
     splits = jnp.arange(256) % 2
     keys = jax.random.split(jax.random.PRNGKey(7), 256)
     batched = params.replace(split=splits)
-    in_axes = te.TokenEnvParams(max_steps_in_episode=None, split=0, format_reward=None)
+    in_axes = te.TokenEnvParams(max_steps_in_episode=None, split=0, weights=None)
     obs, _ = jax.jit(jax.vmap(env.reset, in_axes=(0, in_axes)))(keys, batched)
     np.testing.assert_array_equal(env.is_test_prompt(obs), np.asarray(splits) == 1)
 
@@ -221,7 +221,8 @@ def test_good_options_and_unknown_env():
     env, params = te.make("Reverse-v0", {"max_len": 20, "split": 1, "format_reward": 0.25,
                                          "max_steps_in_episode": 3, "test_fraction": 0.5})
     assert env.max_len == 20 and env.observation_space(params).shape == (20,)
-    assert (params.split, params.format_reward, params.max_steps_in_episode) == (1, 0.25, 3)
+    assert (params.split, params.weights, params.max_steps_in_episode) == (
+        1, {"correct": 1.0, "format": 0.25}, 3)
     assert env.name == "Reverse-v0" and env.answer_limit == 6 and env.max_prompt_len == 6
     with pytest.raises(ConfigError, match="env.id"):
         te.make("Subtraction-v0", {})
@@ -247,7 +248,7 @@ def test_jit_vmap_random_rollout(env_id):
     keys = jax.random.split(jax.random.PRNGKey(1), steps)
     _, (obs, reward, term, trunc, correct) = jax.jit(lambda s: jax.lax.scan(one, s, keys))(state)
     assert obs.dtype == jnp.int32 and obs.shape == (steps, n, env.max_len)
-    assert ((obs >= 0) & (obs < len(te.VOCAB))).all()
+    assert ((obs >= 0) & (obs < len(env.vocab))).all()
     assert np.isfinite(np.asarray(reward)).all() and set(np.unique(reward)) <= {0.0, 1.0}
     assert not trunc.any() and term.any()
     assert (np.asarray(reward) == np.asarray(correct)).all()

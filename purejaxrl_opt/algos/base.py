@@ -79,7 +79,8 @@ class Algorithm:
         if self.run.eval_every <= 0:
             return ()
         if self.spec.vocab is not None:
-            return ("eval_return", "eval_accuracy", "eval_accuracy_sampled")
+            return ("eval_return", "eval_accuracy", "eval_accuracy_sampled") + evaluation.pass_at_k_names(
+                self.run)
         return ("eval_return",)
 
 

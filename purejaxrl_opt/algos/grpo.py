@@ -42,6 +42,7 @@ from purejaxrl_opt.errors import ConfigError
 from purejaxrl_opt.optim import adam, minibatch_epochs
 from purejaxrl_opt.policies import Policy, as_policy, make_policy
 from purejaxrl_opt.pretrained import load_initial_actor
+from purejaxrl_opt.token_envs import reward_metric_names, reward_metrics
 
 METRICS = ("return_mean", "episode_length", "episodes", "kl_ref", "clip_frac", "approx_kl",
            "zero_spread_groups", "group_return_std", "entropy", "policy_loss", "learning_rate")
@@ -498,6 +499,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
             episodes=jnp.asarray(num_episodes, jnp.float32), zero_spread_groups=zero_spread,
             group_return_std=outcomes.reshape(cfg.num_groups, cfg.group_size).std(axis=1).mean(),
             learning_rate=learning_rate, env_steps=env_steps)
+        metrics.update(reward_metrics(env, batch.reward_terms))
         new_state = GRPOState(params, ref_params, opt_state, obs_norm, state.env_steps + env_steps,
                               key)
         return new_state, metrics
@@ -507,6 +509,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
 
     return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=dist,
                      policy=policy, init=init, update=update,
-                     policy_params=lambda s: (s.params["actor"], s.obs_norm), metric_names=METRICS,
+                     policy_params=lambda s: (s.params["actor"], s.obs_norm),
+                     metric_names=METRICS + reward_metric_names(env),
                      num_updates=num_updates, param_fn=lambda s: s.params, lane_active=lane_active)
 

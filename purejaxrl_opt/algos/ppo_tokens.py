@@ -31,6 +31,7 @@ from purejaxrl_opt.errors import ConfigError
 from purejaxrl_opt.optim import adam, annealed, minibatch_epochs
 from purejaxrl_opt.policies import make_policy, make_value
 from purejaxrl_opt.pretrained import load_initial_actor
+from purejaxrl_opt.token_envs import reward_metric_names, reward_metrics
 
 METRICS = ("return_mean", "episode_length", "episodes", "policy_loss", "value_loss", "entropy",
            "approx_kl", "clip_frac", "kl_ref", "learning_rate")
@@ -148,9 +149,11 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         metrics.update(return_mean=batch.returns.mean(), episode_length=batch.lengths.mean(),
                        episodes=jnp.asarray(cfg.num_envs, jnp.float32), learning_rate=learning_rate,
                        env_steps=batch.lengths.sum())
+        metrics.update(reward_metrics(env, batch.reward_terms))
         return TokenPPOState(unravel(flat_params), state.ref_params, opt_state, key), metrics
 
     return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=dist,
                      policy=policy, init=init, update=update,
-                     policy_params=lambda s: (s.params["actor"], None), metric_names=METRICS,
+                     policy_params=lambda s: (s.params["actor"], None),
+                     metric_names=METRICS + reward_metric_names(env),
                      num_updates=num_updates, param_fn=lambda s: s.params)

@@ -1,0 +1,195 @@
+"""The task API (purejaxrl_opt/tasks.py): reward functions on hand-made answers, Multiply-v0, pass@k
+against the formula and exhaustive enumeration, bad task definitions refused before compiling, and a
+task from a module outside the package trained through the CLIs (SFT, then GRPO from it)."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from purejaxrl_opt import tasks, token_envs as te
+from purejaxrl_opt.errors import ConfigError
+from purejaxrl_opt.evaluation import pass_at_k
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _sample(answer: str, limit: int) -> tasks.Sample:
+    tokens = te.encode(answer)
+    ref = np.zeros(limit, np.int32)
+    ref[:len(tokens)] = tokens
+    return tasks.Sample(jnp.zeros(3, jnp.int32), jnp.int32(0), jnp.asarray(ref), jnp.int32(len(tokens)))
+
+
+def _generated(text: str, limit: int):
+    tokens = te.encode(text)
+    out = np.zeros(limit, np.int32)
+    out[:len(tokens)] = tokens
+    return jnp.asarray(out), jnp.int32(len(tokens))
+
+
+# --------------------------------------------------------------------------- reward functions by hand
+@pytest.mark.parametrize("text, exact, well_formed, digits", [
+    ("408$", 1.0, 1.0, 1.0),
+    ("418$", 0.0, 1.0, 0.75),   # 3 of the 4 positions (incl. <eos>) right
+    ("40$", 0.0, 1.0, 0.5),     # '4', '0' right; '$' where '8' belongs; PAD where '$' belongs
+    ("4080$", 0.0, 1.0, 0.0),   # longer than the reference: no partial credit
+    ("$", 0.0, 0.0, 0.0),       # no digit
+    ("4+8$", 0.0, 0.0, 0.75),   # not only digits (3 of the 4 positions right)
+    ("40", 0.0, 0.0, 0.5),      # no <eos> (ran to a limit of 2)
+])
+def test_reward_functions_on_hand_made_answers(text, exact, well_formed, digits):
+    limit = 5
+    sample = _sample("408$", limit)
+    generated, length = _generated(text, limit)
+    assert float(tasks.exact_answer(sample, generated, length)) == exact
+    assert float(tasks.well_formed_digits(sample, generated, length)) == well_formed
+    assert float(tasks.digit_match(sample, generated, length)) == digits
+
+
+def _play(env, params, state, text):
+    step = jax.jit(env.step_env)
+    for token in te.encode(text):
+        _, state, reward, done, info = step(jax.random.PRNGKey(0), state, te.action_of_token(token), params)
+    return float(reward), bool(done), bool(info["correct"]), np.asarray(info["reward_terms"]).tolist()
+
+
+def test_multiply_env_weighted_rewards_and_terms():
+    env, params = te.make("Multiply-v0", {"digit_reward": 0.5, "format_reward": 0.25})
+    assert env.vocab == te.ARITH_VOCAB and env.num_actions == 14
+    assert env.reward_names == ("correct", "digits", "format") and env.answer_limit == 5
+    obs, state = jax.jit(env.reset)(jax.random.PRNGKey(4), params)
+    prompt = te.decode(obs, env.vocab)
+    a, b = map(int, prompt[:-1].split("*"))
+    assert 10 <= a <= 99 and 10 <= b <= 99
+    product = str(a * b)
+    assert te.decode(state.answer, env.vocab) == product + "$"
+    assert _play(env, params, state, product + "$") == (1.75, True, True, [1.0, 1.0, 1.0])
+    wrong = str((int(product[0]) + 1) % 10) + product[1:]  # first digit wrong
+    frac = (len(product)) / (len(product) + 1)
+    reward, done, correct, terms = _play(env, params, state, wrong + "$")
+    assert (done, correct) == (True, False) and terms == pytest.approx([0.0, frac, 1.0])
+    assert reward == pytest.approx(0.5 * frac + 0.25)
+    # reward_weights (an env option) override the task's weights
+    env, params = te.make("Multiply-v0", {"reward_weights": {"correct": 2.0}})
+    assert params.weights == {"correct": 2.0, "digits": 0.0, "format": 0.0}
+    assert _play(env, params, state, product + "$")[0] == 2.0
+    with pytest.raises(ConfigError, match="env.params.reward_weights"):
+        te.make("Multiply-v0", {"reward_weights": {"bogus": 1.0}})
+
+
+def test_multiply_prompts_match_answers_and_split():
+    env, params = te.make("Multiply-v0", {})
+    assert env.num_prompts == 90 * 90
+    for split in (0, 1):
+        keys = jax.random.split(jax.random.PRNGKey(split), 256)
+        obs, state = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(keys, params.replace(split=split))
+        assert (env.is_test_prompt(obs) == bool(split)).all()
+        for i in range(0, 256, 17):
+            a, b = map(int, te.decode(obs[i], env.vocab)[:-1].split("*"))
+            assert te.decode(state.answer[i], env.vocab) == f"{a * b}$"
+
+
+# --------------------------------------------------------------------------- pass@k
+def test_pass_at_k_matches_the_formula_and_enumeration():
+    for n in range(1, 11):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                formula = 1.0 - math.comb(n - c, k) / math.comb(n, k)
+                assert float(pass_at_k(n, c, k)) == pytest.approx(formula, abs=1e-6), (n, c, k)
+    # exhaustive: over every k-subset of n samples of which the first c are correct, the fraction
+    # of subsets holding a correct one
+    for n, c, k in [(4, 1, 2), (5, 2, 3), (6, 0, 2), (6, 6, 1), (7, 3, 4)]:
+        subsets = list(itertools.combinations(range(n), k))
+        hits = sum(any(i < c for i in s) for s in subsets) / len(subsets)
+        assert float(pass_at_k(n, c, k)) == pytest.approx(hits, abs=1e-6)
+    # vectorised and jitted, and pass@1 is the fraction correct
+    counts = jnp.asarray([0, 3, 8])
+    np.testing.assert_allclose(jax.jit(lambda c: pass_at_k(8, c, 1))(counts), [0.0, 3 / 8, 1.0], atol=1e-6)
+    # large n: stable (no overflowing binomials)
+    assert 0.0 < float(pass_at_k(1000, 1, 10)) == pytest.approx(0.01, abs=1e-5)
+    with pytest.raises(ValueError):
+        pass_at_k(4, 1, 5)
+
+
+# --------------------------------------------------------------------------- user tasks: checks
+def test_user_task_from_its_own_module():
+    env, params = te.make("tests.task_fixtures:Parity", {"num_bits": 4, "short_reward": 0.25})
+    assert env.name == "tests.task_fixtures:Parity" and env.max_prompt_len == 5 and env.max_len == 8
+    assert params.weights == {"correct": 1.0, "short": 0.25}
+    obs, state = jax.jit(env.reset)(jax.random.PRNGKey(0), params)
+    bits = te.decode(obs)[:-1]
+    parity = str(bits.count("1") % 2)
+    assert _play(env, params, state, parity + "$") == (1.25, True, True, [1.0, 1.0])
+    assert _play(env, params, state, str(1 - int(parity)) + "$") == (0.25, True, False, [0.0, 1.0])
+
+
+@pytest.mark.parametrize("env_id, options, fragments", [
+    ("tests.task_fixtures:BadRewardShape", {}, ["task 'Parity'", "reward 'per_token'", "returns (3,)",
+                                                "scalar"]),
+    ("tests.task_fixtures:BadAnswerShape", {}, ["task 'Parity'", "sample(key).answer", "(7,)", "(3,)"]),
+    ("tests.task_fixtures:LongPrompt", {"max_len": 20}, ["env.params.max_len", ">= 43", "task 'Parity'"]),
+    ("tests.task_fixtures:Parity", {"bogus": 1}, ["env.params.bogus", "num_bits", "max_len"]),
+    ("tests.task_fixtures:Parity", {"num_bits": 1, "test_fraction": 0.01}, ["env.params.test_fraction",
+                                                                           "split"]),
+    ("tests.task_fixtures:NotATask", {}, ["env.id", "not a purejaxrl_opt.tasks.Task"]),
+    ("tests.task_fixtures:Missing", {}, ["env.id", "no attribute 'Missing'"]),
+    ("no_such_module_xyz:Task", {}, ["env.id", "cannot import"]),
+    ("Subtraction-v0", {}, ["env.id", "Multiply-v0", "module:TaskClass"]),
+])
+def test_bad_task_definitions_fail_before_compiling(env_id, options, fragments):
+    with pytest.raises(ConfigError) as err:
+        te.make(env_id, options)
+    for fragment in fragments:
+        assert fragment in str(err.value), str(err.value)
+
+
+def _cli(module, *overrides, timeout=600):
+    return subprocess.run([sys.executable, "-m", f"purejaxrl_opt.{module}", *overrides], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_cli_refuses_a_bad_task_before_compiling(tmp_path):
+    proc = _cli("train", "algo=grpo", "env=task", "env.id=tests.task_fixtures:BadRewardShape",
+                f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "task 'Parity'" in proc.stderr and "reward 'per_token'" in proc.stderr
+    assert not (tmp_path / "summary.json").exists()
+
+
+def test_user_task_trains_through_the_cli(tmp_path):
+    """SFT then GRPO (with pass@k, periodic and final) on a task of a test module."""
+    task = ["env=task", "env.id=tests.task_fixtures:Parity", "+env.params.num_bits=3",
+            "network.d_model=32", "network.num_layers=1"]
+    sft = _cli("sft", *task, "sft.num_examples=4", "sft.steps=50", "sft.eval_prompts=8",
+               f"hydra.run.dir={tmp_path / 'sft'}")
+    assert sft.returncode == 0, sft.stderr[-3000:]
+    proc = _cli("train", "algo=grpo", *task, f"init_from={tmp_path / 'sft'}", "num_seeds=2",
+                "total_timesteps=288", "algo.num_groups=4", "algo.group_size=4", "algo.num_minibatches=2",
+                "eval_every=3", "eval_episodes=4", "eval_samples=4", "eval_pass_k=[1,4]", "logger=none",
+                f"hydra.run.dir={tmp_path / 'grpo'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "grpo" / "summary.json").read_text())
+    assert summary["num_updates"] == 6 and summary["eval_samples"] == 4
+    for k in (1, 4):
+        assert 0.0 <= summary[f"eval_pass@{k}"] <= 1.0 and len(summary[f"eval_pass@{k}_per_seed"]) == 2
+    assert summary["eval_pass@1"] <= summary["eval_pass@4"]
+    rows = list(csv.DictReader(open(tmp_path / "grpo" / "metrics.csv")))
+    assert len(rows) == 12
+    for row in rows:
+        # the return is the weighted sum of the reward functions (weights 1 and 0.5), per update
+        ret = float(row["return_mean"])
+        assert ret == pytest.approx(float(row["reward/correct"]) + 0.5 * float(row["reward/short"]), abs=1e-5)
+    periodic = [r for r in rows if r["eval_pass@4"] != ""]  # NaN (no evaluation) is written empty
+    assert len(periodic) == 4  # updates 3 and 6 of both seeds
+    assert all(float(r["eval_pass@1"]) <= float(r["eval_pass@4"]) for r in periodic)
