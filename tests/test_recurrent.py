@@ -50,9 +50,10 @@ def test_a_done_in_the_middle_equals_two_separate_sequences(cell):
         one = lambda o: replay(policy.recurrence, params, policy.recurrence.zero((1,)), o,  # noqa: E731
                                never[: o.shape[0], :1])[1]["logits"][:, 0]
         first, second = one(obs[:cut, env:env + 1]), one(obs[cut:, env:env + 1])
-        # bitwise: the reset is an exact zero, then the same ops on the same shapes
-        np.testing.assert_array_equal(logits[:cut, env], first)
-        np.testing.assert_array_equal(logits[cut:, env], second)
+        # float tolerance: the reset is an exact zero, but a batch of 3 and a batch of 1 are
+        # different matmul shapes (rounding differs in the last bits)
+        np.testing.assert_allclose(logits[:cut, env], first, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(logits[cut:, env], second, rtol=1e-5, atol=1e-7)
     # and the memory does matter: without the reset env 0's second episode is scored differently
     _, carried, _ = replay(policy.recurrence, params, zero, obs, never)
     assert np.abs(np.asarray(carried["logits"])[5:, 0] - logits[5:, 0]).max() > 1e-4
@@ -112,7 +113,8 @@ def test_critic_bootstraps_within_an_episode_from_the_next_value(experience):
     # gives, within an episode, exactly the next step's value
     _, _, after = replay(stage.value.recurrence, parts.critic_params, seq.critic_start,
                          jnp.swapaxes(seq.obs, 0, 1), jnp.swapaxes(seq.done, 0, 1))
-    _, nv_same = stage.value.recurrence.step(parts.critic_params, after[:-1], jnp.swapaxes(seq.obs, 0, 1)[1:])
+    _, nv_same = stage.value.recurrence.step(
+        parts.critic_params, jax.tree_util.tree_map(lambda m: m[:-1], after), jnp.swapaxes(seq.obs, 0, 1)[1:])
     cont = ~done[:, :-1]
     np.testing.assert_allclose(np.asarray(nv_same).T[cont], v[:, 1:][cont], atol=2e-5)
 
@@ -158,7 +160,7 @@ def test_trpo_recurrent_update_runs_and_keeps_the_trust_region():
 
 # --------------------------------------------------------------------------- GRPO
 def test_grpo_rescoring_from_the_zero_state_equals_the_rollouts_log_probs():
-    run = RunConfig(algo=GRPOConfig(num_groups=2, group_size=3), env=EnvConfig(id="CartPole-v1"),
+    run = RunConfig(algo=GRPOConfig(num_groups=2, group_size=3, num_minibatches=2), env=EnvConfig(id="CartPole-v1"),
                     network=_net("gru"), total_timesteps=10_000)
     run.validate()
     env, env_params, spec = algos.make_env(run)
