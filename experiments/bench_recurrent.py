@@ -1,6 +1,6 @@
 """Throughput of a recurrent (GRU) PPO agent against the MLP one on the same env and batch.
 
-Both train PPO on CartPole-v1 without velocities with conf/tuned/ppo_CartPole-v1-novel.yaml's batch
+Both train PPO on CartPole-v1 without velocities with the batch of experiments/recurrent_floors.py
 (16 envs x 128 steps, 4 epochs x 4 minibatches, torso [128], GRU 128), ``--seeds`` agents vmapped in
 one jitted function, in one process, alternating; env steps/s is timed after compilation (best of
 ``--repeats``). Writes experiments/results/bench_recurrent.json.

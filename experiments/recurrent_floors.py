@@ -1,7 +1,11 @@
 """The memory floors of issue 14, as CLI runs: recurrent (GRU) vs feed-forward (MLP) policies on partially
-observable envs. Every run is one ``python -m purejaxrl_opt.train`` command (8 seeds vmapped, the tuned
-files in conf/tuned/); this script runs the chosen ones and writes their per-seed final returns,
-commands and throughput to experiments/results/recurrent_floors.json (and .md).
+observable envs. Every run is one ``python -m purejaxrl_opt.train`` command (8 seeds vmapped, the
+settings below); this script runs the chosen ones and writes their per-seed final returns, commands and
+throughput to experiments/results/recurrent_floors.json (and .md).
+
+NOT YET RUN: the settings below (16 envs x 128 steps, torso [128], GRU 128) are a starting point, not
+calibrated values; once the floors hold they belong in conf/tuned/<algo>_<env>.yaml (one file serves
+the GRU run and its MLP control: the same batch and budget).
 
     python experiments/recurrent_floors.py                       # every run
     python experiments/recurrent_floors.py --only ppo_gru_cartpole_novel,ppo_mlp_cartpole_novel
@@ -28,16 +32,20 @@ NOVEL = "env=CartPole-v1-novel"  # conf/env/CartPole-v1-novel.yaml: env.obs_mask
 MEMORY = ["env=MemoryChain-bsuite-10"]  # conf/env/MemoryChain-bsuite-10.yaml: memory_length 10
 
 # name -> (overrides, floor on the mean final return or None for a control, what it shows)
+PPO = ["algo.num_envs=16", "algo.num_steps=128", "algo.num_minibatches=4", "network.hidden_sizes=[128]",
+       "network.recurrent_size=128"]
+TRPO = ["algo.num_envs=16", "algo.num_steps=128", "algo.anneal_max_kl=true", "algo.fvp_subsample=0.25",
+        "network.hidden_sizes=[128]", "network.recurrent_size=128"]
 RUNS: dict[str, tuple[list[str], float | None, str]] = {
-    "ppo_gru_cartpole_novel": (["algo=ppo", NOVEL, "network.recurrent=gru",
+    "ppo_gru_cartpole_novel": (["algo=ppo", NOVEL, *PPO, "network.recurrent=gru",
                                 "total_timesteps=1000000"], 450.0, "PPO-GRU, CartPole without velocities"),
-    "ppo_mlp_cartpole_novel": (["algo=ppo", NOVEL, "total_timesteps=1000000"], None,
+    "ppo_mlp_cartpole_novel": (["algo=ppo", NOVEL, *PPO, "total_timesteps=1000000"], None,
                                "control: PPO-MLP, the same env, batch and budget"),
-    "trpo_gru_cartpole_novel": (["algo=trpo", NOVEL, "network.recurrent=gru",
+    "trpo_gru_cartpole_novel": (["algo=trpo", NOVEL, *TRPO, "network.recurrent=gru",
                                  "total_timesteps=1000000"], 400.0, "TRPO-GRU, CartPole without velocities"),
-    "ppo_gru_memorychain10": (["algo=ppo", *MEMORY, "network.recurrent=gru"], 0.9,
+    "ppo_gru_memorychain10": (["algo=ppo", *MEMORY, *PPO, "network.recurrent=gru"], 0.9,
                               "PPO-GRU, MemoryChain memory_length 10 (max return 1)"),
-    "ppo_mlp_memorychain10": (["algo=ppo", *MEMORY], None, "control: PPO-MLP on the same MemoryChain"),
+    "ppo_mlp_memorychain10": (["algo=ppo", *MEMORY, *PPO], None, "control: PPO-MLP on the same MemoryChain"),
 }
 
 
