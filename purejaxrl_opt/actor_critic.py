@@ -6,6 +6,13 @@ from the critic in one batched call each -> truncation-aware GAE -> one flat ``[
 step, the observation statistics absorb the rollout and the episode metrics are reported. Data
 parallel (``axis_name``): each device steps its shard of the envs; episode statistics are summed
 and the observation statistics see the global batch in single-device order, so they agree everywhere.
+
+Recurrent networks (``network.recurrent=gru|lstm``): the actor's hidden state is carried through the
+rollout (``EnvCarry.memory``) and reset where an episode ends; the critic replays the rollout from its
+own carried state (``EnvCarry.critic_memory``) for the values, and bootstraps each step's final
+observation from its state after that step. The batch is then :class:`Sequences`: whole env sequences
+``[N, T]`` with the hidden states they started from, so an update replays them exactly (truncated
+backpropagation through time over ``num_steps``) and minibatches are sets of envs.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from purejaxrl_opt.config import RunConfig
 from purejaxrl_opt.distributions import Distribution, for_spec
 from purejaxrl_opt.envs import EnvSpec
 from purejaxrl_opt.networks import Actor, Critic
+from purejaxrl_opt.policies import Policy, ValueFunction, as_policy, make_policy, make_value, replay
 
 
 class Transitions(struct.PyTreeNode):
@@ -36,11 +44,48 @@ class Transitions(struct.PyTreeNode):
     returns: jnp.ndarray  # [B] advantages + value_old
 
 
+class Sequences(struct.PyTreeNode):
+    """One rollout of a recurrent actor-critic as env sequences, ``[N, T, ...]`` (a device's shard of
+    the envs when data parallel): minibatches take whole sequences, each replayed from its start."""
+
+    obs: jnp.ndarray  # normalised, [N, T, *obs_shape]
+    action: jnp.ndarray  # [N, T] or [N, T, D]
+    log_prob_old: jnp.ndarray  # [N, T]
+    value_old: jnp.ndarray  # [N, T]
+    advantages: jnp.ndarray  # [N, T]
+    returns: jnp.ndarray  # [N, T]
+    done: jnp.ndarray  # [N, T] bool: the step ended an episode (the hidden state resets after it)
+    actor_start: Any  # actor hidden state [N, ...] before the first step
+    critic_start: Any  # critic hidden state [N, ...] before the first step
+
+    @property
+    def num_sequences(self) -> int:
+        return self.done.shape[0]
+
+
+def time_major(x: jnp.ndarray) -> jnp.ndarray:
+    return jnp.swapaxes(x, 0, 1)
+
+
+def replay_actor(policy: Policy, actor_params, seq: Sequences) -> dict:
+    """The actor's distribution parameters ``[N, T, ...]`` over ``seq`` replayed from its start states."""
+    _, out, _ = replay(policy.recurrence, actor_params, seq.actor_start, time_major(seq.obs),
+                       time_major(seq.done))
+    return jax.tree_util.tree_map(time_major, out)
+
+
+def replay_critic(value: ValueFunction, critic_params, seq: Sequences) -> jnp.ndarray:
+    """The critic's values ``[N, T]`` over ``seq`` replayed from its start states."""
+    _, out, _ = replay(value.recurrence, critic_params, seq.critic_start, time_major(seq.obs),
+                       time_major(seq.done))
+    return time_major(out)
+
+
 class Experience(NamedTuple):
     """What one rollout gives an update."""
 
     carry: rollout.EnvCarry  # env state to continue from next update
-    transitions: Transitions
+    transitions: Transitions | Sequences  # Sequences for recurrent networks
     raw_obs: jnp.ndarray  # [T, N, *obs_shape] unnormalised, for the observation statistics
     stats: rollout.EpisodeStats  # summed over devices
 
@@ -65,6 +110,12 @@ class ActorCriticStage:
     actor: Actor
     critic: Critic
     data: DataAxis
+    policy: Policy  # the actor as a Policy bundle (recurrent networks: with its Recurrence)
+    value: ValueFunction | None  # recurrent networks' critic bundle; None for the MLP critic
+
+    @property
+    def recurrent(self) -> bool:
+        return self.policy.recurrence is not None
 
     @property
     def global_batch_size(self) -> int:
@@ -78,18 +129,28 @@ class ActorCriticStage:
         obs_norm = envs.obs_norm_init(self.spec.obs_shape) if self.run.env.normalize_obs else None
         num_envs, global_envs = self.data.env_shard(self.run.algo.num_envs)
         carry = rollout.reset_carry(self.env, self.env_params, env_key, num_envs, global_envs)
+        if self.recurrent:
+            carry = carry._replace(memory=self.policy.recurrence.zero((num_envs,)),
+                                   critic_memory=self.value.recurrence.zero((num_envs,)))
+            return InitialParts(self.policy.init(actor_key), self.value.init(critic_key), carry, obs_norm,
+                                key)
         return InitialParts(self.actor.init(actor_key, dummy), self.critic.init(critic_key, dummy), carry,
                             obs_norm, key)
 
     def experience(self, actor_params, critic_params, obs_norm, carry: rollout.EnvCarry, key: jax.Array,
                    hparams) -> Experience:
-        """Collect a rollout and turn it into a flat batch with GAE advantages and returns."""
+        """Collect a rollout and turn it into a flat batch (recurrent: env sequences) with GAE
+        advantages and returns."""
         cfg = self.run.algo
         num_envs, global_envs = self.data.env_shard(cfg.num_envs)
+        start = carry
         carry, batch, stats = rollout.collect(
-            self.env, self.env_params, self.spec, self.dist, self.actor.apply, actor_params, obs_norm,
+            self.env, self.env_params, self.spec, self.dist,
+            self.policy if self.recurrent else self.actor.apply, actor_params, obs_norm,
             carry, key, cfg.num_steps, self.run.env.clip_actions, global_envs)
         stats = jax.tree_util.tree_map(self.data.sum, stats)
+        if self.recurrent:
+            return self._sequence_experience(critic_params, obs_norm, start, carry, batch, stats, hparams)
 
         obs = envs.obs_norm_apply(obs_norm, batch.obs)
         values = self.critic.apply(critic_params, obs)
@@ -101,6 +162,23 @@ class ActorCriticStage:
             lambda x: x.reshape((batch_size,) + x.shape[2:]),
             Transitions(obs, batch.action, batch.log_prob, values, advantages, returns))
         return Experience(carry, transitions, batch.obs, stats)
+
+    def _sequence_experience(self, critic_params, obs_norm, start: rollout.EnvCarry, carry: rollout.EnvCarry,
+                             batch: rollout.Batch, stats, hparams) -> Experience:
+        recurrence = self.value.recurrence
+        obs = envs.obs_norm_apply(obs_norm, batch.obs)
+        critic_memory, values, memory_after = replay(recurrence, critic_params, start.critic_memory, obs,
+                                                     batch.done)
+        # V of the observation each step reached, from the critic's state after that step: the next
+        # step's value within an episode, the truncated episode's own continuation at its end
+        _, next_values = recurrence.step(critic_params, memory_after,
+                                         envs.obs_norm_apply(obs_norm, batch.final_obs))
+        advantages, returns = rollout.gae(batch.reward, values, next_values, batch.terminated,
+                                          batch.done, hparams["gamma"], hparams["gae_lambda"])
+        sequences = Sequences(*jax.tree_util.tree_map(
+            time_major, (obs, batch.action, batch.log_prob, values, advantages, returns, batch.done)),
+            actor_start=start.memory, critic_start=start.critic_memory)
+        return Experience(carry._replace(critic_memory=critic_memory), sequences, batch.obs, stats)
 
     def next_obs_norm(self, obs_norm, raw_obs: jnp.ndarray):
         """The observation statistics after this rollout (None when observations are not normalised)."""
@@ -116,5 +194,13 @@ class ActorCriticStage:
 
 
 def make_stage(run: RunConfig, env, env_params, spec: EnvSpec, axis_name: str | None = None) -> ActorCriticStage:
-    return ActorCriticStage(run, env, env_params, spec, for_spec(spec.discrete), Actor(spec, run.network),
-                            Critic(spec, run.network), DataAxis(axis_name))
+    if run.network.is_recurrent:
+        from purejaxrl_opt.networks import RecurrentActor, RecurrentCritic
+
+        return ActorCriticStage(run, env, env_params, spec, for_spec(spec.discrete),
+                                RecurrentActor(spec, run.network), RecurrentCritic(spec, run.network),
+                                DataAxis(axis_name), make_policy(spec, run.network),
+                                make_value(spec, run.network))
+    actor = Actor(spec, run.network)
+    return ActorCriticStage(run, env, env_params, spec, for_spec(spec.discrete), actor,
+                            Critic(spec, run.network), DataAxis(axis_name), as_policy(actor.apply), None)

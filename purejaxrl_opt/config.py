@@ -67,8 +67,14 @@ class EnvConfig:
     normalize_obs: bool = False  # running mean/std of observations, frozen during each rollout
     clip_actions: bool = True  # continuous actions clipped to the env's bounds before stepping
     params: Mapping[str, Any] = field(default_factory=dict)  # overrides of gymnax EnvParams fields
+    # 1 keeps, 0 zeroes each observation entry (a partially observable variant of any gymnax env);
+    # its length is checked against the env's observation size when the env is built (envs.make)
+    obs_mask: tuple[int, ...] | None = None
 
     def validate(self, prefix: str) -> None:
+        if self.obs_mask is not None:
+            _check(len(self.obs_mask) > 0 and all(m in (0, 1) for m in self.obs_mask),
+                   f"{prefix}.obs_mask", list(self.obs_mask), "null or a non-empty list of 0/1")
         if ":" in self.id:  # a task of the user's own module (module:Class), resolved by token_envs.make
             return
         _check(self.id in supported_env_ids(), f"{prefix}.id", self.id,
@@ -83,6 +89,9 @@ class NetworkConfig:
     activation: str = "tanh"
     cnn_channels: tuple[int, ...] = (16,)  # conv torso for image observations (MinAtar)
     log_std_init: float = 0.0  # initial log std of a diagonal Gaussian policy
+    # recurrent cell between the torso and the heads of actor and critic (kind=mlp): none | gru | lstm
+    recurrent: str = "none"
+    recurrent_size: int = 64  # hidden state width of the recurrent cell
     # transformer (kind=transformer)
     d_model: int = 64
     num_layers: int = 2
@@ -91,6 +100,7 @@ class NetworkConfig:
 
     ACTIVATIONS: ClassVar[tuple[str, ...]] = ("tanh", "relu", "gelu", "silu")
     KINDS: ClassVar[tuple[str, ...]] = ("mlp", "transformer")
+    RECURRENT: ClassVar[tuple[str, ...]] = ("none", "gru", "lstm")
 
     def validate(self, prefix: str) -> None:
         one_of(f"{prefix}.kind", self.kind, self.KINDS)
@@ -103,6 +113,14 @@ class NetworkConfig:
         _check(all(c > 0 for c in self.cnn_channels), f"{prefix}.cnn_channels",
                list(self.cnn_channels), "a list of positive ints")
         one_of(f"{prefix}.activation", self.activation, self.ACTIVATIONS)
+        one_of(f"{prefix}.recurrent", self.recurrent, self.RECURRENT)
+        positive(f"{prefix}.recurrent_size", self.recurrent_size)
+        _check(self.recurrent == "none" or self.kind == "mlp", f"{prefix}.recurrent", self.recurrent,
+               "'none' with network.kind=transformer (a recurrent cell goes with kind=mlp)")
+
+    @property
+    def is_recurrent(self) -> bool:
+        return self.recurrent != "none"
 
 
 @dataclass(frozen=True)
@@ -174,6 +192,10 @@ class PPOConfig(_ActorCriticConfig):
         _check(self.batch_env_steps() % self.num_minibatches == 0, f"{prefix}.num_minibatches",
                self.num_minibatches,
                f"a divisor of num_envs * num_steps = {self.batch_env_steps()}")
+        if run.network.is_recurrent:  # minibatches are whole env sequences
+            _check(self.num_envs % self.num_minibatches == 0, f"{prefix}.num_minibatches",
+                   self.num_minibatches, f"a divisor of {prefix}.num_envs = {self.num_envs} with "
+                   f"network.recurrent={run.network.recurrent} (minibatches are whole env sequences)")
         positive(f"{prefix}.lr", self.lr)
         positive(f"{prefix}.clip_eps", self.clip_eps)
         non_negative(f"{prefix}.ent_coef", self.ent_coef)
@@ -219,6 +241,10 @@ class TRPOConfig(_ActorCriticConfig):
         positive(f"{prefix}.critic_lr", self.critic_lr)
         positive(f"{prefix}.critic_epochs", self.critic_epochs)
         positive(f"{prefix}.critic_minibatches", self.critic_minibatches)
+        if run.network.is_recurrent:  # the critic's minibatches are whole env sequences
+            _check(self.num_envs % self.critic_minibatches == 0, f"{prefix}.critic_minibatches",
+                   self.critic_minibatches, f"a divisor of {prefix}.num_envs = {self.num_envs} with "
+                   f"network.recurrent={run.network.recurrent} (minibatches are whole env sequences)")
         _check(self.batch_env_steps() % self.critic_minibatches == 0, f"{prefix}.critic_minibatches",
                self.critic_minibatches,
                f"a divisor of num_envs * num_steps = {self.batch_env_steps()}")
@@ -517,6 +543,8 @@ def _coerce(key: str, value: Any, annotation: Any) -> Any:
         _check(isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value), key, value,
                "a list of strings")
         return tuple(value)
+    if ann == "tuple[int, ...] | None" and value is None:
+        return None
     if ann.startswith("tuple[int"):
         _check(isinstance(value, (list, tuple)) and all(
             isinstance(v, int) and not isinstance(v, bool) for v in value), key, value, "a list of ints")

@@ -35,8 +35,47 @@ class EnvSpec:
     vocab: tuple[str, ...] | None = None  # token envs (token_envs.py): the token strings; else None
 
 
-def make(env_id: str, params_overrides: dict[str, Any] | None = None):
-    """Return ``(env, env_params, spec)`` for a gymnax id, with ``EnvParams`` fields overridden."""
+class MaskedObservation:
+    """A gymnax env whose observations are multiplied by a fixed 0/1 mask (same shape and dtype).
+
+    Zeroing rather than dropping entries keeps every observation shape (images too), and a zeroed
+    entry carries no information. Every observation the agent can see is masked: those of ``reset``,
+    ``step`` (including ``info["final_observation"]``, the pre-reset one) and the no-auto-reset
+    ``reset_env``/``step_env``; everything else is the wrapped env's.
+    """
+
+    def __init__(self, env, mask: np.ndarray):
+        self._env = env
+        self._mask = mask
+
+    def __getattr__(self, name):
+        return getattr(self._env, name)
+
+    def _apply(self, obs):
+        return (obs * jnp.asarray(self._mask, obs.dtype)).astype(obs.dtype)
+
+    def reset_env(self, key, params):
+        obs, state = self._env.reset_env(key, params)
+        return self._apply(obs), state
+
+    def step_env(self, key, state, action, params):
+        obs, state, reward, terminated, info = self._env.step_env(key, state, action, params)
+        return self._apply(obs), state, reward, terminated, info
+
+    def reset(self, key, params=None):
+        obs, state = self._env.reset(key, params)
+        return self._apply(obs), state
+
+    def step(self, key, state, action, params=None):
+        obs, state, reward, terminated, truncated, info = self._env.step(key, state, action, params)
+        info = dict(info, final_observation=self._apply(info["final_observation"]))
+        return self._apply(obs), state, reward, terminated, truncated, info
+
+
+def make(env_id: str, params_overrides: dict[str, Any] | None = None,
+         obs_mask: tuple[int, ...] | None = None):
+    """Return ``(env, env_params, spec)`` for a gymnax id, with ``EnvParams`` fields overridden and,
+    with ``obs_mask``, observation entries zeroed (:class:`MaskedObservation`)."""
     import gymnax
     from gymnax.environments import spaces
 
@@ -58,6 +97,15 @@ def make(env_id: str, params_overrides: dict[str, Any] | None = None):
                               f"{sorted(env_params.__dataclass_fields__)}")
         env_params = env_params.replace(**overrides)
     obs_shape = tuple(env.observation_space(env_params).shape)
+    if obs_mask is not None:
+        if env_id in token_envs.TOKEN_ENVS:
+            raise ConfigError(f"config key 'env.obs_mask' must be null for the token env {env_id}")
+        size = int(np.prod(obs_shape))
+        if len(obs_mask) != size or any(m not in (0, 1) for m in obs_mask):
+            raise ConfigError(f"config key 'env.obs_mask' = {list(obs_mask)} is invalid for {env_id}: "
+                              f"must be {size} entries of 0/1 (one per observation entry, obs shape "
+                              f"{list(obs_shape)})")
+        env = MaskedObservation(env, np.asarray(obs_mask, np.float32).reshape(obs_shape))
     space = env.action_space(env_params)
     if isinstance(space, spaces.Discrete):
         discrete, num_actions, low, high = True, int(space.n), None, None

@@ -17,6 +17,7 @@ import numpy as np
 from purejaxrl_opt import envs, rollout
 from purejaxrl_opt.distributions import Distribution
 from purejaxrl_opt.envs import EnvSpec, ObsNormState
+from purejaxrl_opt.policies import as_policy
 
 
 def play_episodes(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn, actor_params,
@@ -25,30 +26,39 @@ def play_episodes(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn, 
     """Play ``num_episodes`` complete episodes in parallel; returns their returns ``[num_episodes]``.
 
     Runs a ``while_loop`` until every episode has ended (or the env's step limit, as a guard).
+    ``actor_fn``: an ``actor_fn(params, obs)`` or a Policy; a recurrent one carries its hidden state
+    from the zero state through each episode.
     """
+    recurrence = as_policy(actor_fn).recurrence
+    if recurrence is None:
+        step = lambda params, memory, obs: (memory, actor_fn(params, obs))  # noqa: E731
+        memory = ()
+    else:
+        step, memory = recurrence.step, recurrence.zero((num_episodes,))
     reset_key, loop_key = jax.random.split(key)
     carry = rollout.reset_carry(env, env_params, reset_key, num_episodes)
     step_env = jax.vmap(env.step, in_axes=(0, 0, 0, None))
     limit = spec.max_steps if spec.max_steps > 0 else 100_000
 
     def _cond(loop):
-        t, _, _, alive, _, _ = loop
+        t, _, _, alive, _, _, _ = loop
         return jnp.logical_and(t < limit, jnp.any(alive))
 
     def _body(loop):
-        t, env_state, obs, alive, returns, key = loop
+        t, env_state, obs, alive, returns, key, memory = loop
         key, action_key, env_key = jax.random.split(key, 3)
-        dist_params = actor_fn(actor_params, envs.obs_norm_apply(obs_norm, obs))
+        # an episode's end needs no reset: its later steps are not counted
+        memory, dist_params = step(actor_params, memory, envs.obs_norm_apply(obs_norm, obs))
         action = dist.mode(dist_params) if deterministic else dist.sample(action_key, dist_params)
         obs, env_state, reward, terminated, truncated, _ = step_env(
             jax.random.split(env_key, num_episodes), env_state,
             envs.to_env_action(spec, action, clip_actions), env_params)
         returns = returns + jnp.where(alive, reward.astype(jnp.float32), 0.0)
         alive = jnp.logical_and(alive, jnp.logical_not(jnp.logical_or(terminated, truncated)))
-        return t + 1, env_state, obs, alive, returns, key
+        return t + 1, env_state, obs, alive, returns, key, memory
 
     init = (jnp.zeros((), jnp.int32), carry.env_state, carry.obs, jnp.ones((num_episodes,), bool),
-            jnp.zeros((num_episodes,), jnp.float32), loop_key)
+            jnp.zeros((num_episodes,), jnp.float32), loop_key, memory)
     return jax.lax.while_loop(_cond, _body, init)[4]
 
 
@@ -102,7 +112,8 @@ def returns(algo, state, key: jax.Array, deterministic: bool | None = None) -> j
     deterministic = run.eval_deterministic if deterministic is None else deterministic
     if algo.spec.vocab is not None:
         return token_generations(algo, actor_params, key, greedy=deterministic).returns
-    return play_episodes(algo.env, algo.eval_env_params, algo.spec, algo.dist, algo.policy.apply,
+    policy = algo.policy if algo.policy.recurrence is not None else algo.policy.apply
+    return play_episodes(algo.env, algo.eval_env_params, algo.spec, algo.dist, policy,
                          actor_params, obs_norm, key, run.eval_episodes, deterministic,
                          run.env.clip_actions)
 
@@ -170,18 +181,25 @@ def episode_states(algo, state, key: jax.Array, deterministic: bool = True):
     env, env_params, spec, dist = algo.env, algo.env_params, algo.spec, algo.dist
     limit = spec.max_steps if spec.max_steps > 0 else 10_000
 
+    recurrence = algo.policy.recurrence
+
     def _step(carry, _):
-        key, env_state, obs = carry
+        key, env_state, obs, memory = carry
         key, step_key = jax.random.split(key)
         action_key, env_key = jax.random.split(step_key)
-        dist_params = algo.policy.apply(actor_params, envs.obs_norm_apply(obs_norm, obs[None]))
+        if recurrence is None:
+            dist_params = algo.policy.apply(actor_params, envs.obs_norm_apply(obs_norm, obs[None]))
+        else:
+            memory, dist_params = recurrence.step(actor_params, memory,
+                                                  envs.obs_norm_apply(obs_norm, obs[None]))
         action = (dist.mode(dist_params) if deterministic else dist.sample(action_key, dist_params))[0]
         obs, next_state, reward, terminated, _ = env.step_env(
             env_key, env_state, envs.to_env_action(spec, action, algo.run.env.clip_actions), env_params)
         done = jnp.logical_or(terminated, env.is_truncated(next_state, env_params))
-        return (key, next_state, obs), (env_state, reward, done)
+        return (key, next_state, obs, memory), (env_state, reward, done)
 
     key, reset_key = jax.random.split(key)
     obs, env_state = env.reset(reset_key, env_params)
-    _, (states, rewards, done) = jax.lax.scan(_step, (key, env_state, obs), None, length=limit)
+    memory = () if recurrence is None else recurrence.zero((1,))
+    _, (states, rewards, done) = jax.lax.scan(_step, (key, env_state, obs, memory), None, length=limit)
     return states, rewards, done

@@ -121,5 +121,58 @@ class Critic(nn.Module):
         return _dense(1, 1.0)(x)[..., 0]
 
 
+# --------------------------------------------------------------------------- recurrent (GRU / LSTM)
+def zero_memory(net: NetworkConfig, batch_shape: tuple[int, ...]):
+    """The zero hidden state of the recurrent cell for ``batch_shape`` (GRU: ``h``; LSTM: ``(c, h)``)."""
+    h = jnp.zeros(batch_shape + (net.recurrent_size,), jnp.float32)
+    return (h, h) if net.recurrent == "lstm" else h
+
+
+class RecurrentTorso(nn.Module):
+    """The (conv +) MLP torso, then a GRU or LSTM cell: ``(memory, obs [..., *obs]) -> (memory, features)``.
+
+    One step; sequences are scanned outside (policies.replay), so acting, re-scoring and the
+    critic's bootstrap all use this same step function.
+    """
+
+    obs_ndim: int
+    net: NetworkConfig
+
+    @nn.compact
+    def __call__(self, memory, obs: jnp.ndarray):
+        x = Torso(self.obs_ndim, self.net.hidden_sizes, self.net.activation, self.net.cnn_channels)(obs)
+        cell = nn.GRUCell if self.net.recurrent == "gru" else nn.OptimizedLSTMCell
+        return cell(self.net.recurrent_size)(memory, x)
+
+
+class RecurrentActor(nn.Module):
+    """Recurrent policy step: ``(memory, obs) -> (memory, distribution parameters)``."""
+
+    spec: EnvSpec
+    net: NetworkConfig
+
+    @nn.compact
+    def __call__(self, memory, obs: jnp.ndarray):
+        memory, x = RecurrentTorso(len(self.spec.obs_shape), self.net)(memory, obs)
+        out = _dense(self.spec.num_actions, 0.01)(x)
+        if self.spec.discrete:
+            return memory, {"logits": out}
+        log_std = self.param("log_std", nn.initializers.constant(self.net.log_std_init),
+                             (self.spec.num_actions,))
+        return memory, {"mean": out, "log_std": jnp.broadcast_to(log_std, out.shape)}
+
+
+class RecurrentCritic(nn.Module):
+    """Recurrent value step: ``(memory, obs) -> (memory, value [...])``."""
+
+    spec: EnvSpec
+    net: NetworkConfig
+
+    @nn.compact
+    def __call__(self, memory, obs: jnp.ndarray):
+        memory, x = RecurrentTorso(len(self.spec.obs_shape), self.net)(memory, obs)
+        return memory, _dense(1, 1.0)(x)[..., 0]
+
+
 def count_params(params) -> int:
     return int(sum(np.prod(x.shape) for x in jax.tree_util.tree_leaves(params)))

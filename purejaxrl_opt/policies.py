@@ -10,7 +10,12 @@ Every algorithm needs a policy in three ways:
 * ``episode_apply(params, obs [E, T, ...], action [E, T]) -> dist_params [E, T, ...]`` — re-scoring
   whole episodes in the loss (a transformer: one teacher-forced causal pass per answer).
 
-For an MLP all three are ``apply`` (the carry is ``None``). For a transformer on a token env
+For an MLP all three are ``apply`` (the carry is ``None``). A recurrent policy (``network.recurrent=gru|lstm``)
+carries its hidden state: ``start`` steps from the zero state, ``advance`` from the carry,
+``episode_apply`` replays each episode from the zero state; ``apply`` treats every observation as an
+episode's first. Its :class:`Recurrence` (``policy.recurrence``) is the one step function that all of
+these, the continuing rollouts of PPO/TRPO (:func:`replay`, with resets at episode ends) and the
+evaluation use. For a transformer on a token env
 (purejaxrl_opt/token_envs.py) the observation is the token buffer ``[max_len]`` — the prompt, then
 the answer tokens generated so far, then padding — and the policy's output at the last filled
 position gives the next token: action ``a`` is token ``a + 1`` (padding is never emitted).
@@ -31,12 +36,22 @@ from purejaxrl_opt.envs import EnvSpec
 
 
 @dataclass(frozen=True)
+class Recurrence:
+    """A recurrent network's step: ``step(params, memory [N, ...], obs [N, *obs]) -> (memory, out)``;
+    ``zero(batch_shape)`` is the state every episode starts from."""
+
+    zero: Callable[[tuple[int, ...]], Any]
+    step: Callable[[Any, Any, jnp.ndarray], tuple[Any, Any]]
+
+
+@dataclass(frozen=True)
 class Policy:
     init: Callable[[jax.Array], Any]
     apply: Callable[[Any, jnp.ndarray], dict]
     start: Callable[[Any, jnp.ndarray], tuple[Any, dict]]
     advance: Callable[[Any, Any, jnp.ndarray, jnp.ndarray], tuple[Any, dict]]
     episode_apply: Callable[[Any, jnp.ndarray, jnp.ndarray], dict]
+    recurrence: Recurrence | None = None  # recurrent networks only
 
 
 @dataclass(frozen=True)
@@ -44,6 +59,33 @@ class ValueFunction:
     init: Callable[[jax.Array], Any]
     apply: Callable[[Any, jnp.ndarray], jnp.ndarray]  # obs [..., *obs_shape] -> [...]
     episode_apply: Callable[[Any, jnp.ndarray, jnp.ndarray], jnp.ndarray]  # -> [E, T]
+    recurrence: Recurrence | None = None  # recurrent networks only
+
+
+def reset_where(memory, done: jnp.ndarray):
+    """``memory`` with the rows of ended episodes (``done [N]``) set to the zero state."""
+    return jax.tree_util.tree_map(
+        lambda m: jnp.where(done.reshape(done.shape + (1,) * (m.ndim - done.ndim)), jnp.zeros_like(m), m),
+        memory)
+
+
+def replay(recurrence: Recurrence, params, memory, obs: jnp.ndarray, done: jnp.ndarray):
+    """Run a recurrent network over time-major sequences ``obs [T, N, *obs]`` from ``memory [N, ...]``,
+    resetting it after every step whose ``done [T, N]`` is set (the next observation is a new
+    episode's, as gymnax auto-resets inside ``step``) -- exactly what the rollout did.
+
+    Returns ``(memory after the last step (reset where it ended an episode), out [T, N, ...],
+    memory_after [T, N, ...])``: ``memory_after[t]`` is the state after observation ``t`` *before* any
+    reset, from which the critic bootstraps the episode's final observation.
+    """
+
+    def _step(m, inputs):
+        o, d = inputs
+        m, out = recurrence.step(params, m, o)
+        return reset_where(m, d), (out, m)
+
+    memory, (out, memory_after) = jax.lax.scan(_step, memory, (obs, done))
+    return memory, out, memory_after
 
 
 def as_policy(policy_or_fn) -> Policy:
@@ -100,6 +142,56 @@ def mlp_value(spec: EnvSpec, net: NetworkConfig) -> ValueFunction:
         return critic.init(key, jnp.zeros((1,) + spec.obs_shape, jnp.float32))
 
     return ValueFunction(init, critic.apply, lambda params, obs, action: critic.apply(params, obs))
+
+
+# --------------------------------------------------------------------------- recurrent (GRU / LSTM)
+def _recurrence(module, spec: EnvSpec, net: NetworkConfig) -> tuple[Callable, Recurrence]:
+    from purejaxrl_opt.networks import zero_memory
+
+    def init(key):
+        return module.init(key, zero_memory(net, (1,)), jnp.zeros((1,) + spec.obs_shape, jnp.float32))
+
+    return init, Recurrence(lambda batch_shape: zero_memory(net, batch_shape), module.apply)
+
+
+def _batch_shape(spec: EnvSpec, obs: jnp.ndarray) -> tuple[int, ...]:
+    return obs.shape[: obs.ndim - len(spec.obs_shape)]
+
+
+def _episodes(recurrence: Recurrence, spec: EnvSpec, params, obs: jnp.ndarray):
+    """``out [E, T, ...]`` of each episode ``obs [E, T, *obs]`` replayed from the zero state."""
+    num_episodes = obs.shape[0]
+    time_major = jnp.swapaxes(obs, 0, 1)
+    never = jnp.zeros(time_major.shape[:2], bool)  # steps after an episode's end are masked by callers
+    _, out, _ = replay(recurrence, params, recurrence.zero((num_episodes,)), time_major, never)
+    return jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), out)
+
+
+def recurrent_policy(spec: EnvSpec, net: NetworkConfig) -> Policy:
+    from purejaxrl_opt.networks import RecurrentActor
+
+    init, recurrence = _recurrence(RecurrentActor(spec, net), spec, net)
+
+    def start(params, obs):
+        return recurrence.step(params, recurrence.zero(_batch_shape(spec, obs)), obs)
+
+    def advance(params, carry, action, next_obs):
+        return recurrence.step(params, carry, next_obs)
+
+    return Policy(init, lambda params, obs: start(params, obs)[1], start, advance,
+                  lambda params, obs, action: _episodes(recurrence, spec, params, obs), recurrence)
+
+
+def recurrent_value(spec: EnvSpec, net: NetworkConfig) -> ValueFunction:
+    from purejaxrl_opt.networks import RecurrentCritic
+
+    init, recurrence = _recurrence(RecurrentCritic(spec, net), spec, net)
+
+    def apply(params, obs):
+        return recurrence.step(params, recurrence.zero(_batch_shape(spec, obs)), obs)[1]
+
+    return ValueFunction(init, apply, lambda params, obs, action: _episodes(recurrence, spec, params, obs),
+                         recurrence)
 
 
 # --------------------------------------------------------------------------- causal transformer
@@ -195,9 +287,13 @@ def transformer_value(spec: EnvSpec, net: NetworkConfig) -> ValueFunction:
 
 def make_policy(spec: EnvSpec, net: NetworkConfig) -> Policy:
     check_network(net, spec)
+    if net.is_recurrent:
+        return recurrent_policy(spec, net)
     return transformer_policy(spec, net) if net.kind == "transformer" else mlp_policy(spec, net)
 
 
 def make_value(spec: EnvSpec, net: NetworkConfig) -> ValueFunction:
     check_network(net, spec)
+    if net.is_recurrent:
+        return recurrent_value(spec, net)
     return transformer_value(spec, net) if net.kind == "transformer" else mlp_value(spec, net)

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from purejaxrl_opt import envs
 from purejaxrl_opt.distributions import Distribution
 from purejaxrl_opt.envs import EnvSpec, ObsNormState
-from purejaxrl_opt.policies import as_policy
+from purejaxrl_opt.policies import as_policy, reset_where
 
 ActorFn = Callable[[Any, jnp.ndarray], dict]  # (actor_params, obs [..., *obs_shape]) -> dist params
 
@@ -27,6 +27,10 @@ class EnvCarry(NamedTuple):
     obs: jnp.ndarray
     episode_return: jnp.ndarray  # [N] running return of the current episode
     episode_length: jnp.ndarray  # [N]
+    # recurrent networks: the actor's / critic's hidden state [N, ...] for the next observation (zero
+    # where it starts an episode); () for feed-forward networks (no leaves: nothing changes)
+    memory: Any = ()
+    critic_memory: Any = ()
 
 
 class Batch(NamedTuple):
@@ -83,17 +87,28 @@ def collect(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn: ActorF
             global_envs: tuple[int, Any] | None = None) -> tuple[EnvCarry, Batch, EpisodeStats]:
     """Step ``N`` auto-resetting envs for ``num_steps`` with actions sampled from the policy.
 
+    ``actor_fn`` is an ``actor_fn(params, obs)`` or a :class:`purejaxrl_opt.policies.Policy`; a recurrent
+    policy acts from ``carry.memory`` and its hidden state is reset where an episode ends, so the
+    returned ``carry.memory`` continues the envs' episodes in the next rollout.
+
     By default one key samples the actions of all ``N`` envs. With ``global_envs = (total, offset)``
     (data parallel: these ``N`` envs are envs ``offset..offset+N-1`` of ``total``) every env samples
     with its own key taken from the global split (:func:`env_keys`), for actions and env steps alike.
     """
     num_envs = carry.obs.shape[0]
     step_env = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    policy = as_policy(actor_fn)
+    recurrence = policy.recurrence
 
     def _env_step(loop, step_key):
         carry, stats = loop
         action_key, env_key = jax.random.split(step_key)
-        dist_params = actor_fn(actor_params, envs.obs_norm_apply(obs_norm, carry.obs))
+        memory = carry.memory
+        if recurrence is None:
+            dist_params = policy.apply(actor_params, envs.obs_norm_apply(obs_norm, carry.obs))
+        else:
+            memory, dist_params = recurrence.step(actor_params, memory,
+                                                  envs.obs_norm_apply(obs_norm, carry.obs))
         if global_envs is None:
             action = dist.sample(action_key, dist_params)
         else:
@@ -109,8 +124,10 @@ def collect(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn: ActorF
         stats = EpisodeStats(stats.return_sum + jnp.sum(jnp.where(done, episode_return, 0.0)),
                              stats.length_sum + jnp.sum(jnp.where(done, episode_length, 0.0)),
                              stats.count + jnp.sum(done))
+        if recurrence is not None:
+            memory = reset_where(memory, done)
         new_carry = EnvCarry(env_state, obs, jnp.where(done, 0.0, episode_return),
-                             jnp.where(done, 0.0, episode_length))
+                             jnp.where(done, 0.0, episode_length), memory, carry.critic_memory)
         transition = Batch(carry.obs, action, log_prob, reward, terminated, done,
                            info["final_observation"])
         return (new_carry, stats), transition

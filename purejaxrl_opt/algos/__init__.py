@@ -37,7 +37,7 @@ def env_kind(spec) -> str:
 
 def make_env(run: RunConfig):
     """``(env, env_params, spec)`` for the run's env config."""
-    return envs.make(run.env.id, dict(run.env.params))
+    return envs.make(run.env.id, dict(run.env.params), run.env.obs_mask)
 
 
 def make_algorithm(run: RunConfig, env: tuple | None = None, axis_name: str | None = None) -> Algorithm:

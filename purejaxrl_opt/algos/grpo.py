@@ -389,10 +389,11 @@ def check_static(run: RunConfig, spec: EnvSpec) -> int:
     return num_steps
 
 
-def uses_block_path(spec: EnvSpec) -> bool:
-    """Early-stopped rollouts and the block-wise loss need a per-step policy: every gymnax env (MLP
-    or CNN). Token envs' transformers re-score whole answers in one causal pass: full length."""
-    return spec.vocab is None
+def uses_block_path(spec: EnvSpec, policy: Policy) -> bool:
+    """Early-stopped rollouts and the block-wise loss need a per-step policy: a feed-forward network
+    (MLP or CNN) on a gymnax env. Token envs' transformers re-score whole answers in one causal pass,
+    and a recurrent policy replays each episode from its zero start state: full length."""
+    return spec.vocab is None and policy.recurrence is None
 
 
 def block_layout(cfg: GRPOConfig, num_steps: int) -> tuple[int, int]:
@@ -412,7 +413,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
     num_episodes = cfg.num_groups * cfg.group_size
     num_updates = cfg.num_updates(run.total_timesteps, spec.max_steps)
     loss_fn = make_loss_fn(policy, dist, cfg.loss_norm)
-    blocks = uses_block_path(spec)
+    blocks = uses_block_path(spec, policy)
     block_steps, buffer_steps = block_layout(cfg, num_steps)
     block_grads = make_block_grad_fn(policy.apply, dist, cfg.loss_norm, block_steps, num_steps)
 

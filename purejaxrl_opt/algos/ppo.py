@@ -14,11 +14,10 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from purejaxrl_opt import envs, losses, rollout
-from purejaxrl_opt.actor_critic import Transitions, make_stage
+from purejaxrl_opt.actor_critic import Transitions, make_stage, replay_actor, replay_critic
 from purejaxrl_opt.algos.base import Algorithm
 from purejaxrl_opt.config import PPOConfig, RunConfig
 from purejaxrl_opt.optim import adam, annealed, minibatch_epochs
-from purejaxrl_opt.policies import as_policy
 
 METRICS = ("return_mean", "episode_length", "episodes", "policy_loss", "value_loss", "entropy",
            "approx_kl", "clip_frac", "learning_rate")
@@ -42,10 +41,15 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
     every device shuffles its own shard (its own key) and cuts it into ``num_minibatches`` pieces;
     the global minibatch is the union of the devices' pieces (``num_envs*num_steps/num_minibatches``
     samples in all), and its gradient is the ``pmean`` of the local ones.
+
+    Recurrent networks (``network.recurrent``): minibatches are ``num_envs / num_minibatches`` whole
+    env sequences (shuffled over envs, never over time), and the loss replays actor and critic over
+    each from the hidden states it started with (truncated backpropagation through ``num_steps``).
     """
     cfg: PPOConfig = run.algo
     stage = make_stage(run, env, env_params, spec, axis_name)
     actor, critic, dist, data = stage.actor, stage.critic, stage.dist, stage.data
+    recurrent = stage.recurrent
     num_updates = cfg.num_updates(run.total_timesteps)
 
     def init(key, hparams):
@@ -56,13 +60,16 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
         return PPOState(params, opt_state, parts.env, parts.obs_norm, parts.key)
 
     def loss_fn(params, mb: Transitions, hparams):
-        dist_params = actor.apply(params["actor"], mb.obs)
+        # recurrent: mb is Sequences ([M, T] leaves); every term below is elementwise, then a mean
+        dist_params = (replay_actor(stage.policy, params["actor"], mb) if recurrent
+                       else actor.apply(params["actor"], mb.obs))
         log_prob = dist.log_prob(dist_params, mb.action)
         advantages = (losses.normalize(mb.advantages, axis_name=axis_name) if cfg.normalize_advantages
                       else mb.advantages)
         policy_loss = -losses.clipped_surrogate(log_prob, mb.log_prob_old, advantages,
                                                 hparams["clip_eps"]).mean()
-        values = critic.apply(params["critic"], mb.obs)
+        values = (replay_critic(stage.value, params["critic"], mb) if recurrent
+                  else critic.apply(params["critic"], mb.obs))
         value_loss = losses.value_loss(values, mb.value_old, mb.returns,
                                        hparams["clip_eps"] if cfg.clip_value else None).mean()
         entropy = dist.entropy(dist_params).mean()
@@ -81,7 +88,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
         flat_params, unravel = ravel_pytree(state.params)
         grad_fn = jax.grad(lambda flat, mb: loss_fn(unravel(flat), mb, hparams), has_aux=True)
         # equal local minibatch sizes: the pmean of the gradients is the global mean loss's; every
-        # device shuffles its own shard
+        # device shuffles its own shard (recurrent: leaves are [N, T], so these are minibatches of envs)
         batch = experience.transitions
         flat_params, opt_state, diagnostics = minibatch_epochs(
             grad_fn, adam(hparams, learning_rate), flat_params, state.opt_state, batch,
@@ -94,6 +101,6 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
         return PPOState(unravel(flat_params), opt_state, experience.carry, obs_norm, key), metrics
 
     return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=dist,
-                     policy=as_policy(actor.apply), init=init, update=update,
+                     policy=stage.policy, init=init, update=update,
                      policy_params=lambda s: (s.params["actor"], s.obs_norm), metric_names=METRICS,
                      num_updates=num_updates, param_fn=lambda s: s.params)

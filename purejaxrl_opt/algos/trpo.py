@@ -22,13 +22,13 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from purejaxrl_opt import envs, losses, natural_gradient, rollout
-from purejaxrl_opt.actor_critic import make_stage
+from purejaxrl_opt.actor_critic import Sequences, make_stage, replay_actor, replay_critic
 from purejaxrl_opt.algos.base import Algorithm
 from purejaxrl_opt.collectives import DataAxis
 from purejaxrl_opt.config import RunConfig, TRPOConfig
 from purejaxrl_opt.distributions import for_spec
 from purejaxrl_opt.networks import Actor, Critic
-from purejaxrl_opt.policies import as_policy
+from purejaxrl_opt.policies import make_policy, make_value
 from purejaxrl_opt.optim import minibatch_epochs
 
 METRICS = ("return_mean", "episode_length", "episodes", "kl", "surrogate_improvement",
@@ -76,6 +76,8 @@ class TRPOParts(NamedTuple):
     actor: Actor
     critic: Critic
     dist: Any
+    # ``obs`` below is the observations [B, *obs], or (recurrent networks) the rollout's Sequences
+    # with action/advantages/returns [N, T]: the items are then whole env sequences
     # (actor_params, obs [B, *obs], action [B, ...], advantages [B], key) -> PolicyProblem
     policy_problem: Callable
     # (actor_params, obs, action, advantages, key, hparams, max_kl) -> (actor_params, metrics)
@@ -92,17 +94,30 @@ def make_parts(run: RunConfig, spec, axis_name=None) -> TRPOParts:
     cfg: TRPOConfig = run.algo
     dist = for_spec(spec.discrete)
     actor, critic = Actor(spec, run.network), Critic(spec, run.network)
+    if run.network.is_recurrent:
+        policy, value = make_policy(spec, run.network), make_value(spec, run.network)
+
+        def actor_apply(params, seq: Sequences):  # the whole sequences, replayed from their starts
+            return replay_actor(policy, params, seq)
+
+        def critic_apply(params, seq: Sequences):
+            return replay_critic(value, params, seq)
+    else:
+        actor_apply, critic_apply = actor.apply, critic.apply
+
+    def num_items(obs) -> int:  # samples, or env sequences (static)
+        return jax.tree_util.tree_leaves(obs)[0].shape[0]
 
     data = DataAxis(axis_name)
     pmean, local_key = data.mean, data.device_key  # local_key: every device its own subsets/shuffles
 
     def policy_problem(actor_params, obs, action, advantages, fvp_key) -> PolicyProblem:
         theta_old, unravel = ravel_pytree(actor_params)
-        batch_size = obs.shape[0]  # static; this device's shard when data parallel
+        batch_size = num_items(obs)  # static; this device's shard when data parallel
         fvp_samples = fvp_sample_size(cfg, batch_size)
 
         def dist_fn(theta, observations):
-            return actor.apply(unravel(theta), observations)
+            return actor_apply(unravel(theta), observations)
 
         dist_old = jax.lax.stop_gradient(dist_fn(theta_old, obs))
         log_prob_old = dist.log_prob(dist_old, action)
@@ -113,7 +128,8 @@ def make_parts(run: RunConfig, spec, axis_name=None) -> TRPOParts:
             return jnp.mean(ratio * advantages), jnp.mean(dist.kl(dist_old, dist_params))
 
         if fvp_samples < batch_size:  # a fresh fixed-size random subset of the batch
-            fvp_obs = obs[jax.random.permutation(local_key(fvp_key), batch_size)[:fvp_samples]]
+            subset = jax.random.permutation(local_key(fvp_key), batch_size)[:fvp_samples]
+            fvp_obs = jax.tree_util.tree_map(lambda x: x[subset], obs)
         else:
             fvp_obs = obs
         fvp = natural_gradient.make_fisher_vector_product(
@@ -134,10 +150,10 @@ def make_parts(run: RunConfig, spec, axis_name=None) -> TRPOParts:
         """Adam epochs of minibatch regression ``0.5 (V - R)^2``; returns the mean loss."""
         optimizer = critic_adam(hparams)
         flat_params, unravel = ravel_pytree(critic_params)
-        batch_size = obs.shape[0]
+        batch_size = num_items(obs)
 
         def loss_fn(flat, mb_obs, mb_returns):
-            return losses.value_loss(critic.apply(unravel(flat), mb_obs), None, mb_returns).mean()
+            return losses.value_loss(critic_apply(unravel(flat), mb_obs), None, mb_returns).mean()
 
         value_and_grad = jax.value_and_grad(loss_fn)
 
@@ -185,17 +201,19 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
         if cfg.anneal_max_kl:  # (1 - i/N): the last update still gets max_kl / N, never 0
             max_kl = max_kl * (1.0 - update_idx / num_updates)
 
-        actor_params, policy_metrics = parts.policy_step(state.actor_params, batch.obs, batch.action,
+        # recurrent: the policy and critic see whole sequences (the batch itself), not observations
+        inputs = batch if stage.recurrent else batch.obs
+        actor_params, policy_metrics = parts.policy_step(state.actor_params, inputs, batch.action,
                                                          advantages, fvp_key, hparams, max_kl)
         critic_params, opt_state, value_loss = parts.critic_step(
-            state.critic_params, state.critic_opt_state, batch.obs, batch.returns, shuffle_key, hparams)
+            state.critic_params, state.critic_opt_state, inputs, batch.returns, shuffle_key, hparams)
 
         metrics = dict(policy_metrics, value_loss=value_loss, **stage.episode_metrics(experience.stats))
         obs_norm = stage.next_obs_norm(state.obs_norm, experience.raw_obs)
         return TRPOState(actor_params, critic_params, opt_state, experience.carry, obs_norm, key), metrics
 
     return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=stage.dist,
-                     policy=as_policy(stage.actor.apply), init=init, update=update,
+                     policy=stage.policy, init=init, update=update,
                      policy_params=lambda s: (s.actor_params, s.obs_norm), metric_names=METRICS,
                      num_updates=num_updates,
                      param_fn=lambda s: {"actor": s.actor_params, "critic": s.critic_params})

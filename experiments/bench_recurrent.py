@@ -1,0 +1,78 @@
+"""Throughput of a recurrent (GRU) PPO agent against the MLP one on the same env and batch.
+
+Both train PPO on CartPole-v1 without velocities with the batch of experiments/recurrent_floors.py
+(16 envs x 128 steps, 4 epochs x 4 minibatches, torso [128], GRU 128), ``--seeds`` agents vmapped in
+one jitted function, in one process, alternating; env steps/s is timed after compilation (best of
+``--repeats``). Writes experiments/results/bench_recurrent.json.
+
+    python experiments/bench_recurrent.py --seeds 4 --updates 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import jax
+
+from purejaxrl_opt import algos
+from purejaxrl_opt.algos.base import init_loop, run_updates
+from purejaxrl_opt.config import EnvConfig, NetworkConfig, PPOConfig, RunConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make(recurrent: str, updates: int) -> RunConfig:
+    algo = PPOConfig(num_envs=16, num_steps=128, num_minibatches=4, update_epochs=4)
+    run = RunConfig(algo=algo, env=EnvConfig(id="CartPole-v1", obs_mask=(1, 0, 1, 0)),
+                    network=NetworkConfig(hidden_sizes=(128,), recurrent=recurrent, recurrent_size=128),
+                    total_timesteps=updates * algo.batch_env_steps())
+    run.validate()
+    return run
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seeds", type=int, default=4)
+    parser.add_argument("--updates", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default=str(ROOT / "experiments" / "results" / "bench_recurrent.json"))
+    args = parser.parse_args()
+
+    compiled, results = {}, {}
+    keys = jax.random.split(jax.random.PRNGKey(0), args.seeds)
+    for name in ("mlp", "gru"):
+        run = make("none" if name == "mlp" else name, args.updates)
+        algo = algos.make_algorithm(run)
+        loops = jax.jit(jax.vmap(lambda k: init_loop(algo, k)))(keys)
+        start = time.perf_counter()
+        fn = jax.jit(jax.vmap(lambda loop: run_updates(algo, loop, 0, args.updates))).lower(loops).compile()
+        compiled[name] = (fn, loops, time.perf_counter() - start)
+    best = {name: float("inf") for name in compiled}
+    for _ in range(args.repeats):  # alternating, so both see the same machine load
+        for name, (fn, loops, _) in compiled.items():
+            start = time.perf_counter()
+            jax.block_until_ready(fn(loops))
+            best[name] = min(best[name], time.perf_counter() - start)
+    steps = args.seeds * args.updates * 16 * 128
+    for name, (_, _, compile_s) in compiled.items():
+        results[name] = {"env_steps_per_second": steps / best[name], "seconds": best[name],
+                         "compile_seconds": compile_s}
+    results["gru_over_mlp_throughput"] = results["gru"]["env_steps_per_second"] / results["mlp"]["env_steps_per_second"]
+    results["setup"] = {"env": "CartPole-v1 obs_mask [1,0,1,0]", "num_envs": 16, "num_steps": 128,
+                        "update_epochs": 4, "num_minibatches": 4, "hidden_sizes": [128],
+                        "recurrent_size": 128, "seeds": args.seeds, "updates": args.updates,
+                        "env_steps_timed": steps, "device": str(jax.devices()[0]),
+                        "jax_version": jax.__version__, "host": platform.node()}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,246 @@
+"""Recurrent policies (network.recurrent=gru|lstm): hidden-state resets at episode ends, the update's
+replay of the rollout, the critic's bootstrap, TRPO's Fisher-vector product through a GRU, GRPO's
+episode re-scoring, observation masking, and resume / in-compile sweeps with a recurrent state."""
+
+from __future__ import annotations
+
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+
+from purejaxrl_opt import algos, envs, natural_gradient as ng, rollout
+from purejaxrl_opt.actor_critic import make_stage, replay_actor, replay_critic
+from purejaxrl_opt.config import (ConfigError, EnvConfig, GRPOConfig, NetworkConfig, PPOConfig, RunConfig,
+                                  TRPOConfig, from_dictconfig, hyperparameters)
+from purejaxrl_opt.distributions import Categorical, DiagGaussian
+from purejaxrl_opt.envs import EnvSpec
+from purejaxrl_opt.policies import make_policy, replay
+
+CARTPOLE = EnvSpec("CartPole-v1", (4,), True, 2, None, None, 500)
+
+
+def _net(cell: str, size: int = 8) -> NetworkConfig:
+    return NetworkConfig(hidden_sizes=(16,), recurrent=cell, recurrent_size=size)
+
+
+def _run(algo, cell="gru", obs_mask=(1, 0, 1, 0), **kwargs) -> RunConfig:
+    run = RunConfig(algo=algo, env=EnvConfig(id="CartPole-v1", obs_mask=obs_mask), network=_net(cell, 16),
+                    **kwargs)
+    run.validate()
+    return run
+
+
+# --------------------------------------------------------------------------- resets
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_a_done_in_the_middle_equals_two_separate_sequences(cell):
+    policy = make_policy(CARTPOLE, _net(cell))
+    params = policy.init(jax.random.PRNGKey(0))
+    obs = jax.random.normal(jax.random.PRNGKey(1), (12, 3, 4))  # [T, N, obs]
+    done = jnp.zeros((12, 3), bool).at[4, 0].set(True).at[7, 2].set(True)
+    zero = policy.recurrence.zero((3,))
+    _, out, _ = replay(policy.recurrence, params, zero, obs, done)
+    logits = np.asarray(out["logits"])
+
+    never = jnp.zeros((12, 3), bool)
+    for env, cut in ((0, 5), (2, 8), (1, 12)):
+        one = lambda o: replay(policy.recurrence, params, policy.recurrence.zero((1,)), o,  # noqa: E731
+                               never[: o.shape[0], :1])[1]["logits"][:, 0]
+        first, second = one(obs[:cut, env:env + 1]), one(obs[cut:, env:env + 1])
+        # float tolerance: the reset is an exact zero, but a batch of 3 and a batch of 1 are
+        # different matmul shapes (rounding differs in the last bits)
+        np.testing.assert_allclose(logits[:cut, env], first, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(logits[cut:, env], second, rtol=1e-5, atol=1e-7)
+    # and the memory does matter: without the reset env 0's second episode is scored differently
+    _, carried, _ = replay(policy.recurrence, params, zero, obs, never)
+    assert np.abs(np.asarray(carried["logits"])[5:, 0] - logits[5:, 0]).max() > 1e-4
+
+
+# --------------------------------------------------------------------------- rollout -> update
+@pytest.fixture(scope="module", params=["gru", "lstm"])
+def experience(request):
+    """One PPO rollout of a recurrent policy on CartPole without velocities, after a few updates so
+    the memory carried into it is not the zero state."""
+    run = _run(PPOConfig(num_envs=4, num_steps=64, num_minibatches=2), request.param,
+               total_timesteps=4 * 64 * 3)
+    env, env_params, spec = algos.make_env(run)
+    stage = make_stage(run, env, env_params, spec)
+    parts = stage.init(jax.random.PRNGKey(3))
+    hparams = hyperparameters(run.algo)
+    carry = parts.env
+    fn = jax.jit(lambda c, k: stage.experience(parts.actor_params, parts.critic_params, None, c, k, hparams))
+    for i in range(2):
+        exp = fn(carry, jax.random.PRNGKey(10 + i))
+        carry = exp.carry
+    return stage, parts, exp, hparams
+
+
+def test_replayed_log_probs_equal_the_rollouts(experience):
+    stage, parts, exp, _ = experience
+    seq = exp.transitions
+    assert seq.obs.shape[:2] == (4, 64) and bool(seq.done.any()), "the rollout must contain episode ends"
+    assert float(jnp.abs(jax.tree_util.tree_leaves(seq.actor_start)[0]).max()) > 0, "a carried start state"
+    dist_params = jax.jit(replay_actor, static_argnums=0)(stage.policy, parts.actor_params, seq)
+    log_prob = stage.dist.log_prob(dist_params, seq.action)
+    # float tolerance, not bitwise: the rollout steps the cell on [N, obs] inside the env scan and
+    # the replay on [N, obs] inside its own scan; XLA may fuse/tile the two programs differently
+    np.testing.assert_allclose(log_prob, seq.log_prob_old, atol=2e-6, rtol=0)
+    # the replay needs the stored start state: from zeros the first steps differ
+    zero_start = seq.replace(actor_start=stage.policy.recurrence.zero((4,)))
+    wrong = stage.dist.log_prob(replay_actor(stage.policy, parts.actor_params, zero_start), seq.action)
+    assert float(jnp.abs(wrong - seq.log_prob_old)[:, :3].max()) > 1e-5
+
+
+def test_replayed_values_equal_the_values_of_gae(experience):
+    """The PPO loss replays the critic as the rollout's GAE did (its value clipping is around these)."""
+    stage, parts, exp, _ = experience
+    seq = exp.transitions
+    values = jax.jit(replay_critic, static_argnums=0)(stage.value, parts.critic_params, seq)
+    np.testing.assert_allclose(values, seq.value_old, atol=2e-5, rtol=0)
+
+
+def test_critic_bootstraps_within_an_episode_from_the_next_value(experience):
+    """GAE's next value of a step that did not end an episode is the next step's value (the same
+    recurrent state), so the recurrent critic's deltas telescope as they must."""
+    stage, parts, exp, hparams = experience
+    seq = exp.transitions
+    v, adv, done = map(np.asarray, (seq.value_old, seq.advantages, seq.done))
+    np.testing.assert_allclose(np.asarray(seq.returns) - v, adv, atol=1e-5)
+    # the bootstrap path (step the critic from its state after step t on the observation t reached)
+    # gives, within an episode, exactly the next step's value
+    _, _, after = replay(stage.value.recurrence, parts.critic_params, seq.critic_start,
+                         jnp.swapaxes(seq.obs, 0, 1), jnp.swapaxes(seq.done, 0, 1))
+    _, nv_same = stage.value.recurrence.step(
+        parts.critic_params, jax.tree_util.tree_map(lambda m: m[:-1], after), jnp.swapaxes(seq.obs, 0, 1)[1:])
+    cont = ~done[:, :-1]
+    np.testing.assert_allclose(np.asarray(nv_same).T[cont], v[:, 1:][cont], atol=2e-5)
+
+
+# --------------------------------------------------------------------------- TRPO
+@pytest.mark.parametrize("discrete", [True, False], ids=["categorical", "gaussian"])
+@pytest.mark.parametrize("mode", ng.FVP_MODES)
+def test_fvp_through_a_gru_matches_explicit_hessian_of_mean_kl(discrete, mode):
+    spec = EnvSpec("tiny", (3,), discrete, 2, None, None, 0)
+    policy = make_policy(spec, NetworkConfig(hidden_sizes=(4,), recurrent="gru", recurrent_size=3))
+    key_init, key_noise, key_obs = jax.random.split(jax.random.PRNGKey(0), 3)
+    theta, unravel = ravel_pytree(policy.init(key_init))
+    theta = theta + 0.5 * jax.random.normal(key_noise, theta.shape)  # a generic point
+    obs = jax.random.normal(key_obs, (6, 2, 3))  # [T, N, obs], with an episode end inside
+    done = jnp.zeros((6, 2), bool).at[2, 1].set(True)
+    start = jax.random.normal(jax.random.PRNGKey(5), (2, 3))
+
+    def dist_fn(t):
+        return replay(policy.recurrence, unravel(t), start, obs, done)[1]
+
+    dist = Categorical() if discrete else DiagGaussian()
+    fisher = jax.jit(jax.hessian(ng.mean_kl_fn(dist_fn, dist, theta)))(theta)
+    fvp = jax.jit(lambda v: ng.make_fisher_vector_product(dist_fn, dist, theta, mode)(v))
+    columns = jax.vmap(fvp)(jnp.eye(theta.size))
+    scale = float(jnp.abs(fisher).max())
+    assert scale > 1e-3
+    np.testing.assert_allclose(columns, fisher, atol=1e-5 * scale)
+
+
+def test_trpo_recurrent_update_runs_and_keeps_the_trust_region():
+    run = _run(TRPOConfig(num_envs=4, num_steps=32, critic_minibatches=2, fvp_subsample=0.5),
+               total_timesteps=4 * 32 * 3, eval_episodes=2)
+    algo = algos.make_algorithm(run)
+    from purejaxrl_opt.algos.base import make_train
+
+    out = jax.jit(make_train(algo))(jax.random.PRNGKey(0))
+    kl = np.asarray(out.metrics["kl"]) if "kl" in out.metrics else None
+    assert np.all(np.isfinite(np.asarray(out.metrics["value_loss"])))
+    if kl is not None:
+        assert np.all(kl <= 1.5 * run.algo.max_kl + 1e-6)
+    assert np.all(np.isfinite(np.asarray(out.eval_returns)))
+
+
+# --------------------------------------------------------------------------- GRPO
+def test_grpo_rescoring_from_the_zero_state_equals_the_rollouts_log_probs():
+    run = RunConfig(algo=GRPOConfig(num_groups=2, group_size=3, num_minibatches=2), env=EnvConfig(id="CartPole-v1"),
+                    network=_net("gru"), total_timesteps=10_000)
+    run.validate()
+    env, env_params, spec = algos.make_env(run)
+    policy = make_policy(spec, run.network)
+    params = policy.init(jax.random.PRNGKey(0))
+    from purejaxrl_opt.distributions import for_spec
+
+    dist = for_spec(True)
+    batch = jax.jit(lambda k: rollout.group_rollout(env, env_params, spec, dist, policy, params, None, k, 2, 3,
+                                                    60, True))(jax.random.PRNGKey(1))
+    obs, action = jnp.swapaxes(batch.obs, 0, 1), jnp.swapaxes(batch.action, 0, 1)
+    rescored = dist.log_prob(policy.episode_apply(params, obs, action), action)
+    mask = np.asarray(batch.mask).T
+    np.testing.assert_allclose(np.asarray(rescored)[mask], np.asarray(batch.log_prob).T[mask], atol=2e-6)
+    # an MLP on the same observations would not give these numbers: the state matters past step 0
+    first = dist.log_prob(policy.apply(params, obs), action)
+    assert float(np.abs(np.asarray(first)[:, 1:][mask[:, 1:]] - np.asarray(rescored)[:, 1:][mask[:, 1:]]).max()) > 1e-5
+
+
+# --------------------------------------------------------------------------- observation masking
+def test_obs_mask_zeroes_entries_of_every_observation_and_refuses_a_wrong_length():
+    env, env_params, spec = envs.make("CartPole-v1", {}, (1, 0, 1, 0))
+    assert spec.obs_shape == (4,)
+    obs, state = env.reset(jax.random.PRNGKey(0), env_params)
+    seen = [obs]
+    for i in range(40):
+        obs, state, _, terminated, truncated, info = env.step(jax.random.PRNGKey(i), state, 1, env_params)
+        seen += [obs, info["final_observation"]]
+    seen = np.stack(seen)
+    assert np.all(seen[:, [1, 3]] == 0) and np.all(np.abs(seen[:, [0, 2]]).sum(0) > 0)
+    _, velocity = env.step_env(jax.random.PRNGKey(0), state, 1, env_params)[:2]
+    assert float(velocity.theta_dot) != 0.0  # the state still has them; only the observation hides them
+    with pytest.raises(ConfigError, match=r"env.obs_mask.*4 entries"):
+        envs.make("CartPole-v1", {}, (1, 0, 1))
+    with pytest.raises(ConfigError, match="env.obs_mask"):
+        from_dictconfig({"algo": {"name": "ppo"}, "env": {"id": "CartPole-v1", "obs_mask": [1, 2, 0, 0]}})
+
+
+def test_recurrent_config_is_checked_before_compiling():
+    with pytest.raises(ConfigError, match="network.recurrent"):
+        from_dictconfig({"algo": {"name": "ppo"}, "env": {"id": "CartPole-v1"}, "network": {"recurrent": "rnn"}})
+    with pytest.raises(ConfigError, match="network.recurrent"):
+        from_dictconfig({"algo": {"name": "grpo"}, "env": {"id": "CartPole-v1"},
+                         "network": {"kind": "transformer", "recurrent": "gru"}})
+    with pytest.raises(ConfigError, match=r"ppo.num_minibatches.*whole env sequences"):
+        from_dictconfig({"algo": {"name": "ppo", "num_envs": 6, "num_minibatches": 4},
+                         "env": {"id": "CartPole-v1"}, "network": {"recurrent": "gru"}})
+    with pytest.raises(ConfigError, match=r"trpo.critic_minibatches.*whole env sequences"):
+        from_dictconfig({"algo": {"name": "trpo", "num_envs": 6, "critic_minibatches": 4},
+                         "env": {"id": "CartPole-v1"}, "network": {"recurrent": "lstm"}})
+
+
+# --------------------------------------------------------------------------- resume and sweeps
+def test_resume_and_in_compile_sweep_with_a_recurrent_state(tmp_path):
+    from purejaxrl_opt import checkpoint, runner, sweep
+
+    run = _run(PPOConfig(num_envs=4, num_steps=32, num_minibatches=2), "lstm", num_seeds=2,
+               total_timesteps=4 * 32 * 8, eval_episodes=2)
+    plan = sweep.SweepPlan("grid", ("algo.lr",), ({"algo.lr": 2.5e-4}, {"algo.lr": 1e-3}))
+    every = runner.CheckpointSettings(every_updates=3, final=True)
+    ref = runner.execute(run, tmp_path / "ref", num_chunks=1, plan=plan)
+    full = runner.execute(run, tmp_path / "run", num_chunks=3, plan=plan, checkpoints=every)
+    metrics_ref = (tmp_path / "ref" / "metrics.csv").read_bytes()
+    assert (tmp_path / "run" / "metrics.csv").read_bytes() == metrics_ref
+    # lanes of different learning rates learn differently in the one compiled function
+    returns = np.asarray(ref.eval_returns)
+    assert returns.shape == (4, 2)
+    lr_lane0 = np.asarray(ref.loop.hparams["lr"])
+    np.testing.assert_allclose(lr_lane0, [2.5e-4, 2.5e-4, 1e-3, 1e-3])
+    # the memory is part of the checkpointed state (an LSTM: (c, h) per env)
+    memory = ref.loop.algo_state.env.memory
+    assert memory[0].shape == (4, 4, 16) and float(np.abs(np.asarray(memory[1])).max()) > 0
+
+    # drop everything after update 3, resume: bitwise the uninterrupted run
+    for step in checkpoint.available_steps(tmp_path / "run"):
+        if step > 3:
+            shutil.rmtree(checkpoint.checkpoint_dir(tmp_path / "run") / str(step))
+    for name in ("metrics.csv", "summary.json"):
+        (tmp_path / "run" / name).unlink(missing_ok=True)
+    resumed = runner.execute(run, tmp_path / "run", num_chunks=2, plan=plan, checkpoints=every, resume=True)
+    assert (tmp_path / "run" / "metrics.csv").read_bytes() == metrics_ref
+    for a, b in zip(jax.tree_util.tree_leaves(full.loop), jax.tree_util.tree_leaves(resumed.loop)):
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
