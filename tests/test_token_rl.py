@@ -143,7 +143,9 @@ def test_ppo_from_the_sft_start_answers_most_training_prompts(sft_run, tmp_path)
     assert np.all(np.asarray(final) > 0.65), (start, final)
 
 
-@pytest.mark.parametrize("algo_name", ["grpo", "ppo"])
+# GRPO's periodic evaluation on a token task runs in the fast tier through the CLI
+# (tests/test_tasks.py::test_user_task_trains_through_the_cli); here it is the slow tier's
+@pytest.mark.parametrize("algo_name", [pytest.param("grpo", marks=pytest.mark.slow), "ppo"])
 def test_rl_from_the_sft_start_evaluates_held_out_prompts_periodically(sft_run, algo_name, tmp_path):
     """A short RL run from the SFT checkpoint: the periodic held-out evaluation (every 5th update,
     NaN in between), the final held-out accuracy in the summary, example answers in the run dir."""

@@ -532,6 +532,7 @@ def test_report_pools_the_seeds_of_a_sweep(basic_multirun, sweep_run, tmp_path):
     assert len([line for line in markdown.splitlines() if line.startswith("| ppo |")]) == 2
 
 
+@pytest.mark.slow  # the basic launcher above checks the multirun path in the fast tier
 def test_multirun_submitit_local_launcher(cli_env, tmp_path):
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="hydra-submitit-launcher not installed")
     done = cli(["-m", "hydra/launcher=local", *MULTI, f"hydra.sweep.dir={tmp_path}"], cli_env)
