@@ -88,6 +88,7 @@ class Experience(NamedTuple):
     transitions: Transitions | Sequences  # Sequences for recurrent networks
     raw_obs: jnp.ndarray  # [T, N, *obs_shape] unnormalised, for the observation statistics
     stats: rollout.EpisodeStats  # summed over devices
+    reward_norm: envs.ObsNormState | None  # return statistics after this rollout (None: off)
 
 
 class InitialParts(NamedTuple):
@@ -96,6 +97,7 @@ class InitialParts(NamedTuple):
     env: rollout.EnvCarry
     obs_norm: envs.ObsNormState | None
     key: jax.Array
+    reward_norm: envs.ObsNormState | None = None  # env.normalize_reward's statistics
 
 
 @dataclass(frozen=True)
@@ -129,18 +131,24 @@ class ActorCriticStage:
         obs_norm = envs.obs_norm_init(self.spec.obs_shape) if self.run.env.normalize_obs else None
         num_envs, global_envs = self.data.env_shard(self.run.algo.num_envs)
         carry = rollout.reset_carry(self.env, self.env_params, env_key, num_envs, global_envs)
+        reward_norm = None
+        if self.run.env.normalize_reward:
+            reward_norm = envs.reward_norm_init()
+            carry = carry._replace(discounted_return=jnp.zeros((num_envs,), jnp.float32))
         if self.recurrent:
             carry = carry._replace(memory=self.policy.recurrence.zero((num_envs,)),
                                    critic_memory=self.value.recurrence.zero((num_envs,)))
             return InitialParts(self.policy.init(actor_key), self.value.init(critic_key), carry, obs_norm,
-                                key)
+                                key, reward_norm)
         return InitialParts(self.actor.init(actor_key, dummy), self.critic.init(critic_key, dummy), carry,
-                            obs_norm, key)
+                            obs_norm, key, reward_norm)
 
     def experience(self, actor_params, critic_params, obs_norm, carry: rollout.EnvCarry, key: jax.Array,
-                   hparams) -> Experience:
+                   hparams, reward_norm: envs.ObsNormState | None = None) -> Experience:
         """Collect a rollout and turn it into a flat batch (recurrent: env sequences) with GAE
-        advantages and returns."""
+        advantages and returns. With ``reward_norm`` the critic and GAE see rewards scaled by the
+        running std of the discounted return, updated with this rollout first (episode metrics keep
+        the env's own rewards)."""
         cfg = self.run.algo
         num_envs, global_envs = self.data.env_shard(cfg.num_envs)
         start = carry
@@ -149,8 +157,17 @@ class ActorCriticStage:
             self.policy if self.recurrent else self.actor.apply, actor_params, obs_norm,
             carry, key, cfg.num_steps, self.run.env.clip_actions, global_envs)
         stats = jax.tree_util.tree_map(self.data.sum, stats)
+        if reward_norm is not None:
+            per_step, carried = envs.discounted_returns(start.discounted_return, batch.reward, batch.done,
+                                                        hparams["gamma"])
+            # the returns of every step of the global batch in single-device order: the same
+            # statistics on every device
+            reward_norm = envs.obs_norm_update(reward_norm, self.data.gather_envs(per_step))
+            batch = batch._replace(reward=envs.reward_norm_scale(reward_norm, batch.reward))
+            carry = carry._replace(discounted_return=carried)
         if self.recurrent:
-            return self._sequence_experience(critic_params, obs_norm, start, carry, batch, stats, hparams)
+            return self._sequence_experience(critic_params, obs_norm, start, carry, batch, stats, hparams,
+                                             reward_norm)
 
         obs = envs.obs_norm_apply(obs_norm, batch.obs)
         values = self.critic.apply(critic_params, obs)
@@ -161,10 +178,10 @@ class ActorCriticStage:
         transitions = jax.tree_util.tree_map(
             lambda x: x.reshape((batch_size,) + x.shape[2:]),
             Transitions(obs, batch.action, batch.log_prob, values, advantages, returns))
-        return Experience(carry, transitions, batch.obs, stats)
+        return Experience(carry, transitions, batch.obs, stats, reward_norm)
 
     def _sequence_experience(self, critic_params, obs_norm, start: rollout.EnvCarry, carry: rollout.EnvCarry,
-                             batch: rollout.Batch, stats, hparams) -> Experience:
+                             batch: rollout.Batch, stats, hparams, reward_norm=None) -> Experience:
         recurrence = self.value.recurrence
         obs = envs.obs_norm_apply(obs_norm, batch.obs)
         critic_memory, values, memory_after = replay(recurrence, critic_params, start.critic_memory, obs,
@@ -178,7 +195,8 @@ class ActorCriticStage:
         sequences = Sequences(*jax.tree_util.tree_map(
             time_major, (obs, batch.action, batch.log_prob, values, advantages, returns, batch.done)),
             actor_start=start.memory, critic_start=start.critic_memory)
-        return Experience(carry._replace(critic_memory=critic_memory), sequences, batch.obs, stats)
+        return Experience(carry._replace(critic_memory=critic_memory), sequences, batch.obs, stats,
+                          reward_norm)
 
     def next_obs_norm(self, obs_norm, raw_obs: jnp.ndarray):
         """The observation statistics after this rollout (None when observations are not normalised)."""

@@ -65,6 +65,8 @@ def one_of(key: str, value: str, choices: tuple[str, ...]) -> None:
 class EnvConfig:
     id: str
     normalize_obs: bool = False  # running mean/std of observations, frozen during each rollout
+    # PPO/TRPO: rewards divided by the running std of each env's discounted return (gamma = algo's)
+    normalize_reward: bool = False
     clip_actions: bool = True  # continuous actions clipped to the env's bounds before stepping
     params: Mapping[str, Any] = field(default_factory=dict)  # overrides of gymnax EnvParams fields
     # 1 keeps, 0 zeroes each observation entry (a partially observable variant of any gymnax env);
@@ -371,6 +373,10 @@ class RunConfig:
                    and len(set(self.eval_pass_k)) == len(self.eval_pass_k), "eval_pass_k",
                    list(self.eval_pass_k), f"distinct ints in [1, eval_samples = {self.eval_samples}]")
         self.env.validate("env")
+        _check(not self.env.normalize_reward or self.algo.name in ("ppo", "trpo"),
+               "env.normalize_reward", self.env.normalize_reward,
+               f"false for {self.algo.name} (it scales a critic's targets: PPO and TRPO only; GRPO's "
+               "group z-scores already normalise its outcomes)")
         self.network.validate("network")
         self.algo.validate(self.algo.name, self)
 

@@ -170,6 +170,34 @@ def obs_norm_update(state: ObsNormState, batch: jnp.ndarray, mask: jnp.ndarray |
     return ObsNormState(mean, m2 / total, total)
 
 
+def reward_norm_init() -> ObsNormState:
+    """Statistics of ``env.normalize_reward``: the running mean/variance (scalars) of every env's
+    discounted return at every step so far. The returns themselves travel with the envs
+    (``rollout.EnvCarry.discounted_return``)."""
+    return obs_norm_init(())
+
+
+def discounted_returns(returns: jnp.ndarray, reward: jnp.ndarray, done: jnp.ndarray,
+                       gamma) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """Running discounted returns through a rollout: ``G_t = gamma * G_{t-1} + r_t``, restarted after
+    every episode end (terminated or truncated). ``returns [N]`` carries ``G`` in from the previous
+    rollout; ``reward, done [T, N]``. Returns ``(G [T, N], G carried out [N])``."""
+
+    def _step(g, step):
+        r, d = step
+        g = gamma * g + r
+        return jnp.where(d, 0.0, g), g
+
+    carried, per_step = jax.lax.scan(_step, returns, (reward.astype(jnp.float32), done))
+    return per_step, carried
+
+
+def reward_norm_scale(stats: ObsNormState, reward: jnp.ndarray, clip: float = 10.0) -> jnp.ndarray:
+    """``r / sqrt(Var[G] + 1e-8)`` clipped to ``[-clip, clip]``: rewards divided by the running std
+    of the discounted return (not centred), as SB3's VecNormalize and gymnasium's NormalizeReward."""
+    return jnp.clip(reward / jnp.sqrt(stats.var + 1e-8), -clip, clip)
+
+
 def obs_norm_apply(state: ObsNormState | None, obs: jnp.ndarray, clip: float = 10.0) -> jnp.ndarray:
     obs = obs.astype(jnp.float32)
     if state is None:

@@ -31,6 +31,8 @@ class EnvCarry(NamedTuple):
     # where it starts an episode); () for feed-forward networks (no leaves: nothing changes)
     memory: Any = ()
     critic_memory: Any = ()
+    # env.normalize_reward: each env's discounted return of its current episode so far [N]; () when off
+    discounted_return: Any = ()
 
 
 class Batch(NamedTuple):
@@ -127,7 +129,8 @@ def collect(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn: ActorF
         if recurrence is not None:
             memory = reset_where(memory, done)
         new_carry = EnvCarry(env_state, obs, jnp.where(done, 0.0, episode_return),
-                             jnp.where(done, 0.0, episode_length), memory, carry.critic_memory)
+                             jnp.where(done, 0.0, episode_length), memory, carry.critic_memory,
+                             carry.discounted_return)
         transition = Batch(carry.obs, action, log_prob, reward, terminated, done,
                            info["final_observation"])
         return (new_carry, stats), transition

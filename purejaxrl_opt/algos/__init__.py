@@ -71,6 +71,9 @@ def check_env_fit(run: RunConfig, spec) -> None:
         if run.env.normalize_obs:
             raise ConfigError(f"config key 'env.normalize_obs' = True is invalid on the token env "
                               f"{spec.env_id}: observations are token ids; must be false")
+        if run.env.normalize_reward:
+            raise ConfigError(f"config key 'env.normalize_reward' = True is invalid on the token env "
+                              f"{spec.env_id}: one reward per answer; must be false")
     elif run.eval_samples:
         raise ConfigError(f"config key 'eval_samples' = {run.eval_samples} is invalid on {spec.env_id}: "
                           "pass@k is measured on token envs only; must be 0")

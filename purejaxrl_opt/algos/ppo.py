@@ -30,6 +30,7 @@ class PPOState:
     env: rollout.EnvCarry
     obs_norm: envs.ObsNormState | None
     key: jax.Array
+    reward_norm: envs.ObsNormState | None = None  # env.normalize_reward's return statistics
 
 
 def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Algorithm:
@@ -57,7 +58,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
         params = {"actor": parts.actor_params, "critic": parts.critic_params}
         # the optimizer works on one flat vector: one fused Adam update instead of one per leaf
         opt_state = adam(hparams, hparams["lr"]).init(ravel_pytree(params)[0])
-        return PPOState(params, opt_state, parts.env, parts.obs_norm, parts.key)
+        return PPOState(params, opt_state, parts.env, parts.obs_norm, parts.key, parts.reward_norm)
 
     def loss_fn(params, mb: Transitions, hparams):
         # recurrent: mb is Sequences ([M, T] leaves); every term below is elementwise, then a mean
@@ -83,7 +84,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
     def update(state: PPOState, hparams, update_idx):
         key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
         experience = stage.experience(state.params["actor"], state.params["critic"], state.obs_norm,
-                                      state.env, rollout_key, hparams)
+                                      state.env, rollout_key, hparams, state.reward_norm)
         learning_rate = annealed(hparams["lr"], update_idx, num_updates, cfg.anneal_lr)
         flat_params, unravel = ravel_pytree(state.params)
         grad_fn = jax.grad(lambda flat, mb: loss_fn(unravel(flat), mb, hparams), has_aux=True)
@@ -98,7 +99,8 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
         metrics = {k: data.mean(v.mean()) for k, v in diagnostics.items()}
         metrics.update(stage.episode_metrics(experience.stats), learning_rate=learning_rate)
         obs_norm = stage.next_obs_norm(state.obs_norm, experience.raw_obs)
-        return PPOState(unravel(flat_params), opt_state, experience.carry, obs_norm, key), metrics
+        return (PPOState(unravel(flat_params), opt_state, experience.carry, obs_norm, key,
+                         experience.reward_norm), metrics)
 
     return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=dist,
                      policy=stage.policy, init=init, update=update,

@@ -44,6 +44,7 @@ class TRPOState:
     env: rollout.EnvCarry
     obs_norm: envs.ObsNormState | None
     key: jax.Array
+    reward_norm: envs.ObsNormState | None = None  # env.normalize_reward's return statistics
 
 
 def critic_adam(hparams) -> optax.GradientTransformation:
@@ -187,12 +188,12 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
         initial = stage.init(key)
         opt_state = critic_adam(hparams).init(ravel_pytree(initial.critic_params)[0])
         return TRPOState(initial.actor_params, initial.critic_params, opt_state, initial.env,
-                         initial.obs_norm, initial.key)
+                         initial.obs_norm, initial.key, initial.reward_norm)
 
     def update(state: TRPOState, hparams, update_idx):
         key, rollout_key, fvp_key, shuffle_key = jax.random.split(state.key, 4)
         experience = stage.experience(state.actor_params, state.critic_params, state.obs_norm,
-                                      state.env, rollout_key, hparams)
+                                      state.env, rollout_key, hparams, state.reward_norm)
         batch = experience.transitions
         advantages = batch.advantages
         if cfg.normalize_advantages:
@@ -210,7 +211,8 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
 
         metrics = dict(policy_metrics, value_loss=value_loss, **stage.episode_metrics(experience.stats))
         obs_norm = stage.next_obs_norm(state.obs_norm, experience.raw_obs)
-        return TRPOState(actor_params, critic_params, opt_state, experience.carry, obs_norm, key), metrics
+        return (TRPOState(actor_params, critic_params, opt_state, experience.carry, obs_norm, key,
+                          experience.reward_norm), metrics)
 
     return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=stage.dist,
                      policy=stage.policy, init=init, update=update,
