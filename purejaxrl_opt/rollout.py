@@ -195,6 +195,25 @@ def group_reset_keys(key: jax.Array, num_groups: int, group_size: int, same_star
     return jax.random.split(key, num_groups * group_size)
 
 
+def _group_step(step_env, env_params, spec: EnvSpec, dist: Distribution, key: jax.Array, env_state,
+                alive: jnp.ndarray, dist_params, greedy: bool, clip_actions: bool):
+    """One step of every episode of a group rollout: act (sampled, or the mode when ``greedy``), step
+    the envs, and mask what follows an episode's end. Returns ``(action, log_prob, next_obs,
+    env_state, reward, correct, still_alive, info)``; ``reward``/``correct`` are zero/false where
+    the episode had already ended."""
+    num_envs = alive.shape[0]
+    action_key, env_key = jax.random.split(key)
+    action = dist.mode(dist_params) if greedy else dist.sample(action_key, dist_params)
+    log_prob = dist.log_prob(dist_params, action)
+    next_obs, env_state, reward, terminated, truncated, info = step_env(
+        jax.random.split(env_key, num_envs), env_state, envs.to_env_action(spec, action, clip_actions),
+        env_params)
+    reward = jnp.where(alive, reward.astype(jnp.float32), 0.0)
+    correct = jnp.logical_and(alive, info.get("correct", jnp.zeros_like(alive)))
+    still_alive = jnp.logical_and(alive, jnp.logical_not(jnp.logical_or(terminated, truncated)))
+    return action, log_prob, next_obs, env_state, reward, correct, still_alive, info
+
+
 def group_rollout(env, env_params, spec: EnvSpec, dist: Distribution, policy, actor_params,
                   obs_norm: ObsNormState | None, key: jax.Array, num_groups: int, group_size: int,
                   max_steps: int, same_start: bool, clip_actions: bool = True,
@@ -220,17 +239,10 @@ def group_rollout(env, env_params, spec: EnvSpec, dist: Distribution, policy, ac
 
     def _env_step(carry, step_key):
         env_state, obs, alive, policy_carry, dist_params = carry
-        action_key, env_key = jax.random.split(step_key)
-        action = dist.mode(dist_params) if greedy else dist.sample(action_key, dist_params)
-        log_prob = dist.log_prob(dist_params, action)
-        next_obs, env_state, reward, terminated, truncated, info = step_env(
-            jax.random.split(env_key, num_envs), env_state, envs.to_env_action(spec, action, clip_actions),
-            env_params)
-        reward = jnp.where(alive, reward.astype(jnp.float32), 0.0)
-        correct = jnp.logical_and(alive, info.get("correct", jnp.zeros_like(alive)))
+        action, log_prob, next_obs, env_state, reward, correct, still_alive, info = _group_step(
+            step_env, env_params, spec, dist, step_key, env_state, alive, dist_params, greedy, clip_actions)
         terms = info.get("reward_terms", jnp.zeros((num_envs, 0), jnp.float32))
         terms = jnp.where(alive[:, None], terms, 0.0)
-        still_alive = jnp.logical_and(alive, jnp.logical_not(jnp.logical_or(terminated, truncated)))
         policy_carry, dist_params = policy.advance(actor_params, policy_carry, action,
                                                    envs.obs_norm_apply(obs_norm, next_obs))
         return ((env_state, next_obs, still_alive, policy_carry, dist_params),
@@ -286,15 +298,9 @@ def group_rollout_until_done(env, env_params, spec: EnvSpec, dist: Distribution,
 
     def _body(loop):
         t, env_state, obs, alive, dist_params, correct_any, buffers = loop
-        action_key, env_key = jax.random.split(step_keys[t])
-        action = dist.mode(dist_params) if greedy else dist.sample(action_key, dist_params)
-        log_prob = dist.log_prob(dist_params, action)
-        next_obs, env_state, reward, terminated, truncated, info = step_env(
-            jax.random.split(env_key, num_envs), env_state, envs.to_env_action(spec, action, clip_actions),
-            env_params)
-        reward = jnp.where(alive, reward.astype(jnp.float32), 0.0)
-        correct = jnp.logical_and(alive, info.get("correct", jnp.zeros_like(alive)))
-        still_alive = jnp.logical_and(alive, jnp.logical_not(jnp.logical_or(terminated, truncated)))
+        action, log_prob, next_obs, env_state, reward, correct, still_alive, _ = _group_step(
+            step_env, env_params, spec, dist, step_keys[t], env_state, alive, dist_params, greedy,
+            clip_actions)
         dist_params = actor_fn(actor_params, envs.obs_norm_apply(obs_norm, next_obs))
         buffers = tuple(buf.at[t].set(x) for buf, x in
                         zip(buffers, (obs, action, log_prob, reward, alive)))

@@ -111,6 +111,21 @@ def init_loop(algo: Algorithm, key: jax.Array, hparams: Hyperparameters | None =
                 jnp.zeros((), jnp.float32), eval_key, metrics)
 
 
+def _one_update(algo: Algorithm, loop: Loop, update_idx) -> tuple[Any, dict]:
+    """One update of ``loop``'s state: ``(state, metrics)`` with the cumulative ``env_steps`` and, every
+    ``eval_every`` updates, the periodic evaluation (NaN otherwise). ``update_idx`` must be shared by
+    all lanes (unbatched under ``vmap``), so the evaluation is a real branch, not a ``select``."""
+    state, step_metrics = algo.update(loop.algo_state, loop.hparams, update_idx)
+    step_metrics["env_steps"] = loop.env_steps + step_metrics.pop("env_steps")
+    eval_names = algo.eval_metric_names
+    if eval_names:
+        step_metrics.update(jax.lax.cond(
+            (update_idx + 1) % algo.run.eval_every == 0,
+            lambda: evaluation.periodic_metrics(algo, state, jax.random.fold_in(loop.eval_key, update_idx)),
+            lambda: {n: jnp.full((), jnp.nan, jnp.float32) for n in eval_names}))
+    return state, step_metrics
+
+
 def run_updates(algo: Algorithm, loop: Loop, start: jnp.ndarray | int, stop: jnp.ndarray | int) -> Loop:
     """Run updates ``start .. stop-1`` (``stop`` clamped to the total); the bounds may be traced.
 
@@ -119,19 +134,10 @@ def run_updates(algo: Algorithm, loop: Loop, start: jnp.ndarray | int, stop: jnp
     ``start`` must equal ``loop.update_idx``.
     """
     stop = jnp.minimum(stop, algo.num_updates)
-    every = algo.run.eval_every
-    eval_names = algo.eval_metric_names
 
     def _update_step(update_idx, loop: Loop) -> Loop:
-        state, step_metrics = algo.update(loop.algo_state, loop.hparams, update_idx)
-        env_steps = loop.env_steps + step_metrics.pop("env_steps")
-        step_metrics["env_steps"] = env_steps
-        if eval_names:
-            # a real branch under vmap: update_idx is shared by all lanes
-            step_metrics.update(jax.lax.cond(
-                (update_idx + 1) % every == 0,
-                lambda: evaluation.periodic_metrics(algo, state, jax.random.fold_in(loop.eval_key, update_idx)),
-                lambda: {n: jnp.full((), jnp.nan, jnp.float32) for n in eval_names}))
+        state, step_metrics = _one_update(algo, loop, update_idx)
+        env_steps = step_metrics["env_steps"]
         metrics = {n: loop.metrics[n].at[update_idx].set(step_metrics[n].astype(jnp.float32))
                    for n in loop.metrics}
         return loop.replace(algo_state=state, update_idx=loop.update_idx + 1, env_steps=env_steps,
@@ -172,8 +178,6 @@ def run_budgeted_updates(algo: Algorithm, loop: Loop, start: jnp.ndarray | int,
     once every lane is done, so updates past the budget cost nothing.
     """
     stop = jnp.minimum(stop, algo.num_updates)
-    every = algo.run.eval_every
-    eval_names = algo.eval_metric_names
 
     def _cond(carry):
         update_idx, loop = carry
@@ -182,16 +186,9 @@ def run_budgeted_updates(algo: Algorithm, loop: Loop, start: jnp.ndarray | int,
     def _body(carry):
         update_idx, loop = carry
         active = algo.lane_active(loop.algo_state)
-        state, step_metrics = algo.update(loop.algo_state, loop.hparams, update_idx)
-        env_steps = loop.env_steps + step_metrics.pop("env_steps")
-        step_metrics["env_steps"] = env_steps
-        if eval_names:
-            # update_idx is unbatched (any_lane): a real branch under vmap
-            step_metrics.update(jax.lax.cond(
-                (update_idx + 1) % every == 0,
-                lambda: evaluation.periodic_metrics(algo, state,
-                                                     jax.random.fold_in(loop.eval_key, update_idx)),
-                lambda: {n: jnp.full((), jnp.nan, jnp.float32) for n in eval_names}))
+        # update_idx is unbatched (any_lane): the periodic evaluation stays a real branch under vmap
+        state, step_metrics = _one_update(algo, loop, update_idx)
+        env_steps = step_metrics["env_steps"]
         metrics = {n: loop.metrics[n].at[update_idx].set(
             jnp.where(active, step_metrics[n].astype(jnp.float32), jnp.nan)) for n in loop.metrics}
         state = jax.tree_util.tree_map(lambda new, old: jnp.where(active, new, old), state,
