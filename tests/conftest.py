@@ -9,15 +9,16 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import tempfile  # noqa: E402
 
+# Tests build the same programs many times (a run and its chunked, resumed or swept twin, CLI runs of
+# one config): XLA's persistent cache, keyed by the program itself, compiles each once per test
+# session (per xdist worker). Set in the environment before JAX starts, so the CLI subprocesses the
+# tests launch share it too. A fresh directory per session: nothing carries over between sessions.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="pjo_xla_cache_"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
-
-# Tests build the same programs many times (a run and its chunked, resumed or swept twin): XLA's
-# persistent cache, keyed by the program itself, compiles each once per test session. A fresh
-# directory per session, so nothing carries over between sessions.
-jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp(prefix="pjo_xla_cache_"))
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 from purejaxrl_opt.config import EnvConfig, PPOConfig, RunConfig  # noqa: E402
 
