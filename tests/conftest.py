@@ -17,6 +17,13 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="pjo_
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
+# Tests compile far more than they run: most programs train a few thousand steps. LLVM at -O0 halves
+# XLA:CPU's compile time (PPO CartPole: 10.8 s at the default level, 8.0 s at 1, 4.8 s at 0) and runs
+# small programs ~4x slower, a net saving of minutes over the suite. A level the user set wins; CLI
+# subprocesses inherit it, so a test and the CLI run it launches compile the same program.
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
 

@@ -279,7 +279,7 @@ def test_gif_of_one_episode(sweep_run, tmp_path):
 # =====================================================================================================
 # checkpoint, SIGKILL, resume: bitwise
 # =====================================================================================================
-KILL = ["env=CartPole-v1", "algo=ppo", "num_seeds=2", "total_timesteps=102400", "eval_episodes=4"]
+KILL = ["env=CartPole-v1", "algo=ppo", "num_seeds=2", "total_timesteps=51200", "eval_episodes=4"]
 
 
 @pytest.fixture(scope="module")
@@ -304,7 +304,7 @@ def killed_and_resumed(tmp_path_factory, cli_env):
     assert process.returncode == -signal.SIGKILL, "the run ended before it could be killed mid-training"
     assert not (run_dir / "summary.json").exists()
     steps_at_kill = checkpoint.available_steps(run_dir)
-    assert steps_at_kill and steps_at_kill[-1] < 200
+    assert steps_at_kill and steps_at_kill[-1] < 100
 
     resumed = cli(args + [f"resume={run_dir}", f"hydra.run.dir={base / 'resume_invocation'}"], cli_env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -323,7 +323,7 @@ def test_killed_and_resumed_run_is_bitwise_the_uninterrupted_run(killed_and_resu
     # the complete final training state: params, optimizer and env states, keys, metrics
     *_, ref_loop, ref_step = evaluate.load(reference)
     *_, loop, step = evaluate.load(run_dir)
-    assert ref_step == step == 200
+    assert ref_step == step == 100
     import jax
 
     ref_leaves, leaves = jax.tree_util.tree_leaves(ref_loop), jax.tree_util.tree_leaves(loop)
@@ -331,7 +331,7 @@ def test_killed_and_resumed_run_is_bitwise_the_uninterrupted_run(killed_and_resu
     for a, b in zip(ref_leaves, leaves):
         assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
     # periodic checkpoints before and after the kill, and the final one
-    assert set(range(10, 200, 10)) | {200} <= set(checkpoint.available_steps(run_dir))
+    assert set(range(10, 100, 10)) | {100} <= set(checkpoint.available_steps(run_dir))
 
 
 def test_evaluate_cli_reproduces_the_final_returns(killed_and_resumed, cli_env, tmp_path):
@@ -341,7 +341,7 @@ def test_evaluate_cli_reproduces_the_final_returns(killed_and_resumed, cli_env, 
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     summary = json.loads((reference / "summary.json").read_text())
-    assert result["checkpoint_update"] == 200 and result["episodes"] == 4
+    assert result["checkpoint_update"] == 100 and result["episodes"] == 4
     assert [lane["mean"] for lane in result["lanes"]] == summary["final_return_per_seed"]
     assert all(len(lane["returns"]) == 4 for lane in result["lanes"])
     missing = cli([str(tmp_path)], cli_env, module="purejaxrl_opt.evaluate")
@@ -379,7 +379,7 @@ def _snapshot(directory: Path) -> dict:
     (["network.hidden_sizes=[32]"], "network.hidden_sizes: checkpoint has [64, 64], this run has [32]"),
     (["algo=trpo"], "algo.name: checkpoint has 'ppo', this run has 'trpo'"),
     (["env=Acrobot-v1"], "env.id: checkpoint has 'CartPole-v1', this run has 'Acrobot-v1'"),
-    (["total_timesteps=51200"], "total_timesteps: checkpoint has 102400, this run has 51200"),
+    (["total_timesteps=25600"], "total_timesteps: checkpoint has 51200, this run has 25600"),
 ])
 def test_a_mismatching_checkpoint_is_refused_naming_the_difference(copied_run, overrides, named):
     before = _snapshot(copied_run)
@@ -391,7 +391,7 @@ def test_a_mismatching_checkpoint_is_refused_naming_the_difference(copied_run, o
 
 
 def test_a_corrupt_checkpoint_is_refused(copied_run):
-    step_dir = copied_run / "checkpoints" / "200"
+    step_dir = copied_run / "checkpoints" / "100"
     data_files = sorted((p for p in (step_dir / "state").rglob("*") if p.is_file() and p.parent.name == "d"),
                         key=lambda p: p.stat().st_size)
     victim = data_files[-1]
