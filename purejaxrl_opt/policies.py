@@ -37,11 +37,22 @@ from purejaxrl_opt.envs import EnvSpec
 
 @dataclass(frozen=True)
 class Recurrence:
-    """A recurrent network's step: ``step(params, memory [N, ...], obs [N, *obs]) -> (memory, out)``;
-    ``zero(batch_shape)`` is the state every episode starts from."""
+    """A recurrent network split where the time dependence is: ``embed(params, obs [..., *obs])`` (the
+    feed-forward torso and the cell's input side: any leading axes, no memory), ``core(params,
+    memory [N, ...], embedded [N, ...]) -> (memory, h)`` (the cell's hidden side: the only part that
+    runs step by step) and ``head(params, h [..., H]) -> out``. ``step`` is the three in turn (acting);
+    :func:`replay` embeds a whole sequence at once, scans ``core`` and applies ``head`` to the stacked
+    outputs -- the same function. ``zero(batch_shape)`` is the state every episode starts from."""
 
     zero: Callable[[tuple[int, ...]], Any]
-    step: Callable[[Any, Any, jnp.ndarray], tuple[Any, Any]]
+    embed: Callable[[Any, jnp.ndarray], jnp.ndarray]
+    core: Callable[[Any, Any, jnp.ndarray], tuple[Any, jnp.ndarray]]
+    head: Callable[[Any, jnp.ndarray], Any]
+
+    def step(self, params, memory, obs: jnp.ndarray):
+        """One step: ``(memory [N, ...], obs [N, *obs]) -> (memory, out)``."""
+        memory, h = self.core(params, memory, self.embed(params, obs))
+        return memory, self.head(params, h)
 
 
 @dataclass(frozen=True)
@@ -79,13 +90,17 @@ def replay(recurrence: Recurrence, params, memory, obs: jnp.ndarray, done: jnp.n
     reset, from which the critic bootstraps the episode's final observation.
     """
 
-    def _step(m, inputs):
-        o, d = inputs
-        m, out = recurrence.step(params, m, o)
-        return reset_where(m, d), (out, m)
+    # only the hidden side is sequential: the torso and the cell's input side see all [T, N]
+    # observations in one batched call, the head all [T, N] outputs
+    embedded = recurrence.embed(params, obs)
 
-    memory, (out, memory_after) = jax.lax.scan(_step, memory, (obs, done))
-    return memory, out, memory_after
+    def _step(m, inputs):
+        x, d = inputs
+        m, h = recurrence.core(params, m, x)
+        return reset_where(m, d), (h, m)
+
+    memory, (h, memory_after) = jax.lax.scan(_step, memory, (embedded, done))
+    return memory, recurrence.head(params, h), memory_after
 
 
 def as_policy(policy_or_fn) -> Policy:
@@ -151,7 +166,11 @@ def _recurrence(module, spec: EnvSpec, net: NetworkConfig) -> tuple[Callable, Re
     def init(key):
         return module.init(key, zero_memory(net, (1,)), jnp.zeros((1,) + spec.obs_shape, jnp.float32))
 
-    return init, Recurrence(lambda batch_shape: zero_memory(net, batch_shape), module.apply)
+    return init, Recurrence(
+        zero=lambda batch_shape: zero_memory(net, batch_shape),
+        embed=lambda params, obs: module.apply(params, obs, method="embed"),
+        core=lambda params, memory, x: module.apply(params, memory, x, method="core"),
+        head=lambda params, h: module.apply(params, h, method="head"))
 
 
 def _batch_shape(spec: EnvSpec, obs: jnp.ndarray) -> tuple[int, ...]:
