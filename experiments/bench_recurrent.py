@@ -25,11 +25,13 @@ from purejaxrl_opt.config import EnvConfig, NetworkConfig, PPOConfig, RunConfig
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def make(recurrent: str, updates: int) -> RunConfig:
-    algo = PPOConfig(num_envs=16, num_steps=128, num_minibatches=4, update_epochs=4)
+def make(recurrent: str, args) -> RunConfig:
+    algo = PPOConfig(num_envs=args.num_envs, num_steps=args.num_steps, num_minibatches=args.num_minibatches,
+                     update_epochs=args.update_epochs)
     run = RunConfig(algo=algo, env=EnvConfig(id="CartPole-v1", obs_mask=(1, 0, 1, 0)),
-                    network=NetworkConfig(hidden_sizes=(128,), recurrent=recurrent, recurrent_size=128),
-                    total_timesteps=updates * algo.batch_env_steps())
+                    network=NetworkConfig(hidden_sizes=tuple(args.hidden_sizes), recurrent=recurrent,
+                                          recurrent_size=args.recurrent_size),
+                    total_timesteps=args.updates * algo.batch_env_steps())
     run.validate()
     return run
 
@@ -39,13 +41,20 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--updates", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--num-steps", type=int, default=128)
+    parser.add_argument("--num-minibatches", type=int, default=4)
+    parser.add_argument("--update-epochs", type=int, default=4)
+    parser.add_argument("--hidden-sizes", type=int, nargs="*", default=[128])
+    parser.add_argument("--recurrent-size", type=int, default=128)
+    parser.add_argument("--cell", choices=("gru", "lstm"), default="gru")
     parser.add_argument("--out", default=str(ROOT / "experiments" / "results" / "bench_recurrent.json"))
     args = parser.parse_args()
 
     compiled, results = {}, {}
     keys = jax.random.split(jax.random.PRNGKey(0), args.seeds)
-    for name in ("mlp", "gru"):
-        run = make("none" if name == "mlp" else name, args.updates)
+    for name in ("mlp", args.cell):
+        run = make("none" if name == "mlp" else name, args)
         algo = algos.make_algorithm(run)
         loops = jax.jit(jax.vmap(lambda k: init_loop(algo, k)))(keys)
         start = time.perf_counter()
@@ -57,14 +66,16 @@ def main() -> int:
             start = time.perf_counter()
             jax.block_until_ready(fn(loops))
             best[name] = min(best[name], time.perf_counter() - start)
-    steps = args.seeds * args.updates * 16 * 128
+    steps = args.seeds * args.updates * args.num_envs * args.num_steps
     for name, (_, _, compile_s) in compiled.items():
         results[name] = {"env_steps_per_second": steps / best[name], "seconds": best[name],
                          "compile_seconds": compile_s}
-    results["gru_over_mlp_throughput"] = results["gru"]["env_steps_per_second"] / results["mlp"]["env_steps_per_second"]
-    results["setup"] = {"env": "CartPole-v1 obs_mask [1,0,1,0]", "num_envs": 16, "num_steps": 128,
-                        "update_epochs": 4, "num_minibatches": 4, "hidden_sizes": [128],
-                        "recurrent_size": 128, "seeds": args.seeds, "updates": args.updates,
+    results[f"{args.cell}_over_mlp_throughput"] = (results[args.cell]["env_steps_per_second"]
+                                                   / results["mlp"]["env_steps_per_second"])
+    results["setup"] = {"env": "CartPole-v1 obs_mask [1,0,1,0]", "num_envs": args.num_envs,
+                        "num_steps": args.num_steps, "update_epochs": args.update_epochs,
+                        "num_minibatches": args.num_minibatches, "hidden_sizes": args.hidden_sizes,
+                        "recurrent_size": args.recurrent_size, "seeds": args.seeds, "updates": args.updates,
                         "env_steps_timed": steps, "device": str(jax.devices()[0]),
                         "jax_version": jax.__version__, "host": platform.node()}
     out = Path(args.out)

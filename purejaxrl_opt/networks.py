@@ -176,20 +176,88 @@ class RecurrentCell(nn.Module):
         return self.input(x)
 
     def __call__(self, memory, projected: jnp.ndarray):
-        if self.cell == "gru":
-            h = memory
-            hr, hz, hn = jnp.split(h @ self.recurrent_kernel, 3, axis=-1)
-            xr, xz, xn = jnp.split(projected, 3, axis=-1)
-            r = nn.sigmoid(xr + hr)
-            z = nn.sigmoid(xz + hz)
-            n = jnp.tanh(xn + r * (hn + self.recurrent_bias))
-            h = (1.0 - z) * n + z * h
-            return h, h
-        c, h = memory
-        i, f, g, o = jnp.split(projected + h @ self.recurrent_kernel, 4, axis=-1)
-        c = nn.sigmoid(f) * c + nn.sigmoid(i) * jnp.tanh(g)
-        h = nn.sigmoid(o) * jnp.tanh(c)
-        return (c, h), h
+        bias = self.recurrent_bias if self.cell == "gru" else None
+        return cell_update(self.cell, hidden_side(self.cell, memory, self.recurrent_kernel, bias), projected,
+                           memory)
+
+
+def hidden_of(cell: str, memory) -> jnp.ndarray:
+    """The hidden state ``h`` of a cell's memory (GRU: ``h``; LSTM: ``(c, h)``)."""
+    return memory if cell == "gru" else memory[1]
+
+
+def hidden_bias(recurrent_bias) -> jnp.ndarray | float:
+    """GRU's ``recurrent_bias [H]`` as a bias of all three gates' hidden side ``[3H]`` (zero on r and z);
+    the LSTM has none (0)."""
+    if recurrent_bias is None:
+        return 0.0
+    return jnp.concatenate([jnp.zeros(recurrent_bias.shape[:-1] + (2 * recurrent_bias.shape[-1],),
+                                      recurrent_bias.dtype), recurrent_bias], axis=-1)
+
+
+def hidden_side(cell: str, memory, recurrent_kernel: jnp.ndarray, recurrent_bias) -> jnp.ndarray:
+    """``h @ recurrent_kernel`` plus GRU's n-gate bias: every gate's hidden-side pre-activation."""
+    return hidden_of(cell, memory) @ recurrent_kernel + hidden_bias(recurrent_bias)
+
+
+def cell_update(cell: str, hidden: jnp.ndarray, projected: jnp.ndarray, memory):
+    """One step's gates given both sides: ``hidden`` (:func:`hidden_side`) and ``projected`` (the
+    input side) -> ``(memory, h)``."""
+    if cell == "gru":
+        h = memory
+        hr, hz, hn = jnp.split(hidden, 3, axis=-1)
+        xr, xz, xn = jnp.split(projected, 3, axis=-1)
+        r = nn.sigmoid(xr + hr)
+        z = nn.sigmoid(xz + hz)
+        n = jnp.tanh(xn + r * hn)
+        h = (1.0 - z) * n + z * h
+        return h, h
+    c, h = memory
+    i, f, g, o = jnp.split(projected + hidden, 4, axis=-1)
+    c = nn.sigmoid(f) * c + nn.sigmoid(i) * jnp.tanh(g)
+    h = nn.sigmoid(o) * jnp.tanh(c)
+    return (c, h), h
+
+
+def _fold(v: jnp.ndarray, gates: int) -> jnp.ndarray:
+    return sum(jnp.split(v, gates, axis=-1))
+
+
+def cell_jacobian(cell: str, hidden: jnp.ndarray, projected: jnp.ndarray, memory) -> dict:
+    """The factors of :func:`cell_update`'s derivative at a point (any leading axes, computed for all
+    steps at once): :func:`cell_tangent` with them is its JVP, a function linear in the tangents."""
+    if cell == "gru":
+        h = memory
+        hr, hz, hn = jnp.split(hidden, 3, axis=-1)
+        xr, xz, xn = jnp.split(projected, 3, axis=-1)
+        r = nn.sigmoid(xr + hr)
+        z = nn.sigmoid(xz + hz)
+        n = jnp.tanh(xn + r * hn)
+        dn = (1.0 - z) * (1.0 - n * n)  # dh / d(n's pre-activation)
+        dr = dn * hn * r * (1.0 - r)
+        dz = (h - n) * z * (1.0 - z)
+        return {"input": jnp.concatenate([dr, dz, dn], -1), "hidden": jnp.concatenate([dr, dz, dn * r], -1),
+                "keep": z}
+    c, _ = memory
+    i, f, g, o = jnp.split(projected + hidden, 4, axis=-1)
+    si, sf, so, tg = nn.sigmoid(i), nn.sigmoid(f), nn.sigmoid(o), jnp.tanh(g)
+    tc = jnp.tanh(sf * c + si * tg)
+    return {"gates": jnp.concatenate([si * (1.0 - si) * tg, sf * (1.0 - sf) * c, si * (1.0 - tg * tg)], -1),
+            "keep": sf, "out": so * (1.0 - so) * tc, "through": so * (1.0 - tc * tc)}
+
+
+def cell_tangent(cell: str, jac: dict, d_projected: jnp.ndarray, d_hidden: jnp.ndarray, d_memory):
+    """The tangent ``(d_memory, dh)`` of :func:`cell_update` at the point of ``jac``
+    (:func:`cell_jacobian`) for tangents of its input side, hidden side and memory."""
+    if cell == "gru":
+        dh = _fold(jac["input"] * d_projected + jac["hidden"] * d_hidden, 3) + jac["keep"] * d_memory
+        return dh, dh
+    dc, _ = d_memory
+    da = d_projected + d_hidden
+    size = da.shape[-1] // 4
+    dc = _fold(jac["gates"] * da[..., :3 * size], 3) + jac["keep"] * dc
+    dh = jac["out"] * da[..., 3 * size:] + jac["through"] * dc
+    return (dc, dh), dh
 
 
 class _RecurrentNetwork(nn.Module):

@@ -18,6 +18,7 @@ from purejaxrl_opt.config import (ConfigError, EnvConfig, GRPOConfig, NetworkCon
                                   TRPOConfig, from_dictconfig, hyperparameters)
 from purejaxrl_opt.distributions import Categorical, DiagGaussian
 from purejaxrl_opt.envs import EnvSpec
+from purejaxrl_opt.networks import GATES
 from purejaxrl_opt.policies import make_policy, replay
 
 CARTPOLE = EnvSpec("CartPole-v1", (4,), True, 2, None, None, 500)
@@ -97,6 +98,54 @@ def test_fused_init_draws_each_gate_block_like_flax():
         np.testing.assert_allclose(block.T @ block, np.eye(6), atol=1e-5)
     assert np.abs(kernel.T @ kernel - np.eye(18)).max() > 0.1
     assert np.all(np.asarray(params["params"]["recurrent_bias"]) == 0)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_scanned_sequence_and_its_derivatives_equal_plain_autodiff_of_the_steps(cell):
+    """policies.scan_cell (a custom JVP, for speed) against scanning RecurrentCell.__call__ with
+    JAX's own derivatives: outputs, gradients and forward-mode tangents, with resets inside."""
+    from purejaxrl_opt.networks import RecurrentCell
+    from purejaxrl_opt.policies import reset_where, scan_cell
+
+    size, steps, batch = 4, 6, 3
+    module = RecurrentCell(cell, size)
+    memory = jax.random.normal(jax.random.PRNGKey(1), (batch, size))
+    memory = memory if cell == "gru" else (0.5 * memory, jnp.tanh(memory))
+    projected = jax.random.normal(jax.random.PRNGKey(2), (steps, batch, GATES[cell] * size))
+    done = jnp.zeros((steps, batch), bool).at[2, 0].set(True).at[4, 2].set(True)
+    params = module.init(jax.random.PRNGKey(0), memory, projected[0])
+    params = jax.tree_util.tree_map(lambda x: x + 0.3 * jax.random.normal(jax.random.PRNGKey(x.size), x.shape),
+                                    params)
+
+    def reference(p, m, x):
+        def _step(m, inputs):
+            m, h = module.apply(p, m, inputs[0])
+            return reset_where(m, inputs[1]), (h, m)
+        last, (h, after) = jax.lax.scan(_step, m, (x, done))
+        return last, h, after
+
+    def fused(p, m, x):
+        cell_params = p["params"]
+        return scan_cell(cell, cell_params["recurrent_kernel"], cell_params.get("recurrent_bias"), m, x, done)
+
+    def loss(fn, p, m, x):
+        last, h, after = fn(p, m, x)
+        weights = jnp.cos(jnp.arange(h.size, dtype=jnp.float32)).reshape(h.shape)
+        return (jnp.sum(h * weights) + sum(jnp.sum(jnp.sin(a)) for a in jax.tree_util.tree_leaves(after))
+                + sum(jnp.sum(a ** 2) for a in jax.tree_util.tree_leaves(last)))
+
+    args = (params, memory, projected)
+    for a, b in zip(jax.tree_util.tree_leaves(fused(*args)), jax.tree_util.tree_leaves(reference(*args))):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    grads = jax.grad(lambda *a: loss(fused, *a), argnums=(0, 1, 2))(*args)
+    expected = jax.grad(lambda *a: loss(reference, *a), argnums=(0, 1, 2))(*args)
+    for a, b in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(expected)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    assert float(jnp.abs(grads[0]["params"]["recurrent_kernel"]).max()) > 1e-2
+    tangents = jax.tree_util.tree_map(lambda x: jnp.cos(x), args)
+    _, t_fused = jax.jvp(lambda *a: loss(fused, *a), args, tangents)
+    _, t_ref = jax.jvp(lambda *a: loss(reference, *a), args, tangents)
+    np.testing.assert_allclose(t_fused, t_ref, rtol=1e-5)
 
 
 # --------------------------------------------------------------------------- resets
