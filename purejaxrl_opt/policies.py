@@ -13,9 +13,10 @@ Every algorithm needs a policy in three ways:
 For an MLP all three are ``apply`` (the carry is ``None``). A recurrent policy (``network.recurrent=gru|lstm``)
 carries its hidden state: ``start`` steps from the zero state, ``advance`` from the carry,
 ``episode_apply`` replays each episode from the zero state; ``apply`` treats every observation as an
-episode's first. Its :class:`Recurrence` (``policy.recurrence``) is the one step function that all of
-these, the continuing rollouts of PPO/TRPO (:func:`replay`, with resets at episode ends) and the
-evaluation use. For a transformer on a token env
+episode's first. Its :class:`Recurrence` (``policy.recurrence``) is the one network that all of these,
+the continuing rollouts of PPO/TRPO (:func:`replay`, with resets at episode ends) and the evaluation
+use: acting steps it one observation at a time, a replay runs the feed-forward parts on whole
+sequences and scans only the cell's hidden side (:func:`scan_cell`). For a transformer on a token env
 (purejaxrl_opt/token_envs.py) the observation is the token buffer ``[max_len]`` — the prompt, then
 the answer tokens generated so far, then padding — and the policy's output at the last filled
 position gives the next token: action ``a`` is token ``a + 1`` (padding is never emitted).
