@@ -1,11 +1,14 @@
-"""Throughput of a recurrent (GRU) PPO agent against the MLP one on the same env and batch.
+"""Throughput of a recurrent (GRU or LSTM) PPO agent against the MLP one on the same env and batch.
 
-Both train PPO on CartPole-v1 without velocities with the batch of experiments/recurrent_floors.py
-(16 envs x 128 steps, 4 epochs x 4 minibatches, torso [128], GRU 128), ``--seeds`` agents vmapped in
-one jitted function, in one process, alternating; env steps/s is timed after compilation (best of
-``--repeats``). Writes experiments/results/bench_recurrent.json.
+Both train PPO on CartPole-v1 without velocities, by default 16 envs x 128 steps, 4 epochs x 4
+minibatches, torso [128], GRU 128 (the floor runs' tuned files use 64 x 32, torso [64], GRU 64: pass
+``--num-envs 64 --num-steps 32 --num-minibatches 8 --hidden-sizes 64 --recurrent-size 64``),
+``--seeds`` agents vmapped in one jitted function, in one process, alternating; env steps/s is timed
+after compilation (best of ``--repeats``). Writes experiments/results/bench_recurrent.json
+(bench_recurrent_before.json: the same command before the replay kept only the cell's hidden side
+in the scan).
 
-    python experiments/bench_recurrent.py --seeds 4 --updates 20
+    python experiments/bench_recurrent.py --seeds 4 --updates 4 --repeats 2
 """
 
 from __future__ import annotations
@@ -13,14 +16,17 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import time
 from pathlib import Path
 
 import jax
 
-from purejaxrl_opt import algos
-from purejaxrl_opt.algos.base import init_loop, run_updates
-from purejaxrl_opt.config import EnvConfig, NetworkConfig, PPOConfig, RunConfig
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package, not an installed one
+
+from purejaxrl_opt import algos  # noqa: E402
+from purejaxrl_opt.algos.base import init_loop, run_updates  # noqa: E402
+from purejaxrl_opt.config import EnvConfig, NetworkConfig, PPOConfig, RunConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
