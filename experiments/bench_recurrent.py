@@ -1,11 +1,14 @@
-"""Throughput of a recurrent (GRU) PPO agent against the MLP one on the same env and batch.
+"""Throughput of a recurrent (GRU or LSTM) PPO agent against the MLP one on the same env and batch.
 
-Both train PPO on CartPole-v1 without velocities with the batch of experiments/recurrent_floors.py
-(16 envs x 128 steps, 4 epochs x 4 minibatches, torso [128], GRU 128), ``--seeds`` agents vmapped in
-one jitted function, in one process, alternating; env steps/s is timed after compilation (best of
-``--repeats``). Writes experiments/results/bench_recurrent.json.
+Both train PPO on CartPole-v1 without velocities, by default 16 envs x 128 steps, 4 epochs x 4
+minibatches, torso [128], GRU 128 (the floor runs' tuned files use 64 x 32, torso [64], GRU 64: pass
+``--num-envs 64 --num-steps 32 --num-minibatches 8 --hidden-sizes 64 --recurrent-size 64``),
+``--seeds`` agents vmapped in one jitted function, in one process, alternating; env steps/s is timed
+after compilation (best of ``--repeats``). Writes experiments/results/bench_recurrent.json
+(bench_recurrent_before.json: the same command before the replay kept only the cell's hidden side
+in the scan).
 
-    python experiments/bench_recurrent.py --seeds 4 --updates 20
+    python experiments/bench_recurrent.py --seeds 4 --updates 4 --repeats 2
 """
 
 from __future__ import annotations
@@ -13,23 +16,28 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import time
 from pathlib import Path
 
 import jax
 
-from purejaxrl_opt import algos
-from purejaxrl_opt.algos.base import init_loop, run_updates
-from purejaxrl_opt.config import EnvConfig, NetworkConfig, PPOConfig, RunConfig
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package, not an installed one
+
+from purejaxrl_opt import algos  # noqa: E402
+from purejaxrl_opt.algos.base import init_loop, run_updates  # noqa: E402
+from purejaxrl_opt.config import EnvConfig, NetworkConfig, PPOConfig, RunConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def make(recurrent: str, updates: int) -> RunConfig:
-    algo = PPOConfig(num_envs=16, num_steps=128, num_minibatches=4, update_epochs=4)
+def make(recurrent: str, args) -> RunConfig:
+    algo = PPOConfig(num_envs=args.num_envs, num_steps=args.num_steps, num_minibatches=args.num_minibatches,
+                     update_epochs=args.update_epochs)
     run = RunConfig(algo=algo, env=EnvConfig(id="CartPole-v1", obs_mask=(1, 0, 1, 0)),
-                    network=NetworkConfig(hidden_sizes=(128,), recurrent=recurrent, recurrent_size=128),
-                    total_timesteps=updates * algo.batch_env_steps())
+                    network=NetworkConfig(hidden_sizes=tuple(args.hidden_sizes), recurrent=recurrent,
+                                          recurrent_size=args.recurrent_size),
+                    total_timesteps=args.updates * algo.batch_env_steps())
     run.validate()
     return run
 
@@ -39,13 +47,20 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--updates", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--num-steps", type=int, default=128)
+    parser.add_argument("--num-minibatches", type=int, default=4)
+    parser.add_argument("--update-epochs", type=int, default=4)
+    parser.add_argument("--hidden-sizes", type=int, nargs="*", default=[128])
+    parser.add_argument("--recurrent-size", type=int, default=128)
+    parser.add_argument("--cell", choices=("gru", "lstm"), default="gru")
     parser.add_argument("--out", default=str(ROOT / "experiments" / "results" / "bench_recurrent.json"))
     args = parser.parse_args()
 
     compiled, results = {}, {}
     keys = jax.random.split(jax.random.PRNGKey(0), args.seeds)
-    for name in ("mlp", "gru"):
-        run = make("none" if name == "mlp" else name, args.updates)
+    for name in ("mlp", args.cell):
+        run = make("none" if name == "mlp" else name, args)
         algo = algos.make_algorithm(run)
         loops = jax.jit(jax.vmap(lambda k: init_loop(algo, k)))(keys)
         start = time.perf_counter()
@@ -57,14 +72,16 @@ def main() -> int:
             start = time.perf_counter()
             jax.block_until_ready(fn(loops))
             best[name] = min(best[name], time.perf_counter() - start)
-    steps = args.seeds * args.updates * 16 * 128
+    steps = args.seeds * args.updates * args.num_envs * args.num_steps
     for name, (_, _, compile_s) in compiled.items():
         results[name] = {"env_steps_per_second": steps / best[name], "seconds": best[name],
                          "compile_seconds": compile_s}
-    results["gru_over_mlp_throughput"] = results["gru"]["env_steps_per_second"] / results["mlp"]["env_steps_per_second"]
-    results["setup"] = {"env": "CartPole-v1 obs_mask [1,0,1,0]", "num_envs": 16, "num_steps": 128,
-                        "update_epochs": 4, "num_minibatches": 4, "hidden_sizes": [128],
-                        "recurrent_size": 128, "seeds": args.seeds, "updates": args.updates,
+    results[f"{args.cell}_over_mlp_throughput"] = (results[args.cell]["env_steps_per_second"]
+                                                   / results["mlp"]["env_steps_per_second"])
+    results["setup"] = {"env": "CartPole-v1 obs_mask [1,0,1,0]", "num_envs": args.num_envs,
+                        "num_steps": args.num_steps, "update_epochs": args.update_epochs,
+                        "num_minibatches": args.num_minibatches, "hidden_sizes": args.hidden_sizes,
+                        "recurrent_size": args.recurrent_size, "seeds": args.seeds, "updates": args.updates,
                         "env_steps_timed": steps, "device": str(jax.devices()[0]),
                         "jax_version": jax.__version__, "host": platform.node()}
     out = Path(args.out)

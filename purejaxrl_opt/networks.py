@@ -78,13 +78,14 @@ class Torso(nn.Module):
     def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
         act = ACTIVATIONS[self.activation]
         batch_shape = obs.shape[: obs.ndim - self.obs_ndim]
-        x = obs.reshape((-1,) + obs.shape[obs.ndim - self.obs_ndim:]).astype(jnp.float32)
+        # explicit sizes, not -1: an empty batch (a replay of zero steps) must reshape too
+        x = obs.reshape((int(np.prod(batch_shape)),) + obs.shape[obs.ndim - self.obs_ndim:]).astype(jnp.float32)
         if self.obs_ndim == 3:
             for index, channels in enumerate(self.cnn_channels):
                 x = nn.relu(PatchConv(channels, (3, 3),
                                       kernel_init=nn.initializers.orthogonal(np.sqrt(2)),
                                       name=f"Conv_{index}")(x))
-        x = x.reshape((x.shape[0], -1))
+        x = x.reshape((x.shape[0], int(np.prod(x.shape[1:]))))
         for size in self.hidden_sizes:
             x = act(_dense(size, np.sqrt(2))(x))
         return x.reshape(batch_shape + (x.shape[-1],))
@@ -128,50 +129,192 @@ def zero_memory(net: NetworkConfig, batch_shape: tuple[int, ...]):
     return (h, h) if net.recurrent == "lstm" else h
 
 
-class RecurrentTorso(nn.Module):
-    """The (conv +) MLP torso, then a GRU or LSTM cell: ``(memory, obs [..., *obs]) -> (memory, features)``.
+GATES = {"gru": 3, "lstm": 4}  # gate blocks of the fused input and hidden kernels
 
-    One step; sequences are scanned outside (policies.replay), so acting, re-scoring and the
-    critic's bootstrap all use this same step function.
+
+def _per_gate(init: Callable, num_gates: int) -> Callable:
+    """An initialiser of a fused ``[in, num_gates * H]`` kernel that draws each ``[in, H]`` gate block
+    on its own key: the same distribution as flax's one ``Dense`` per gate (an orthogonal init of the
+    whole ``[H, 3H]`` would not be: only its rows would be orthonormal, not each block)."""
+
+    def block_init(key, shape, dtype=jnp.float32):
+        size = shape[-1] // num_gates
+        blocks = [init(k, shape[:-1] + (size,), dtype) for k in jax.random.split(key, num_gates)]
+        return jnp.concatenate(blocks, axis=-1)
+
+    return block_init
+
+
+class RecurrentCell(nn.Module):
+    """A GRU or LSTM cell split into its input side and its hidden side, with all gates fused.
+
+    ``project(x [..., D]) -> [..., G*H]`` is the input side of every gate (one matmul, biases
+    included); it does not depend on the hidden state, so a sequence projects all its steps at once.
+    ``__call__(memory, projected) -> (memory, h)`` is the rest: one ``[H, G*H]`` matmul of the hidden
+    state and the gates' elementwise math -- the only part a scan over time has to run step by step.
+
+    The same function as ``flax.linen.GRUCell`` (gates r, z, n) and ``OptimizedLSTMCell`` (i, f, g, o):
+    their per-gate kernels are the column blocks of ``input/kernel`` and ``recurrent_kernel``; GRU's
+    input biases are ``input/bias`` and its ``hn`` bias is ``recurrent_bias``; the LSTM's hidden-side
+    biases (flax's ``h*`` biases; its input side has none) are folded into ``input/bias``
+    (tests/test_recurrent.py maps flax's parameters onto these and compares).
     """
 
-    obs_ndim: int
-    net: NetworkConfig
+    cell: str  # gru | lstm
+    size: int
 
-    @nn.compact
-    def __call__(self, memory, obs: jnp.ndarray):
-        x = Torso(self.obs_ndim, self.net.hidden_sizes, self.net.activation, self.net.cnn_channels)(obs)
-        cell = nn.GRUCell if self.net.recurrent == "gru" else nn.OptimizedLSTMCell
-        return cell(self.net.recurrent_size)(memory, x)
+    def setup(self):
+        gates = GATES[self.cell]
+        self.input = nn.Dense(gates * self.size, kernel_init=_per_gate(nn.initializers.lecun_normal(), gates),
+                              bias_init=nn.initializers.zeros)
+        self.recurrent_kernel = self.param("recurrent_kernel", _per_gate(nn.initializers.orthogonal(), gates),
+                                           (self.size, gates * self.size), jnp.float32)
+        if self.cell == "gru":  # n's hidden side has its own bias: it is scaled by r
+            self.recurrent_bias = self.param("recurrent_bias", nn.initializers.zeros, (self.size,), jnp.float32)
+
+    def project(self, x: jnp.ndarray) -> jnp.ndarray:
+        return self.input(x)
+
+    def __call__(self, memory, projected: jnp.ndarray):
+        bias = self.recurrent_bias if self.cell == "gru" else None
+        return cell_update(self.cell, hidden_side(self.cell, memory, self.recurrent_kernel, bias), projected,
+                           memory)
 
 
-class RecurrentActor(nn.Module):
-    """Recurrent policy step: ``(memory, obs) -> (memory, distribution parameters)``."""
+def hidden_of(cell: str, memory) -> jnp.ndarray:
+    """The hidden state ``h`` of a cell's memory (GRU: ``h``; LSTM: ``(c, h)``)."""
+    return memory if cell == "gru" else memory[1]
+
+
+def hidden_bias(recurrent_bias) -> jnp.ndarray | float:
+    """GRU's ``recurrent_bias [H]`` as a bias of all three gates' hidden side ``[3H]`` (zero on r and z);
+    the LSTM has none (0)."""
+    if recurrent_bias is None:
+        return 0.0
+    return jnp.concatenate([jnp.zeros(recurrent_bias.shape[:-1] + (2 * recurrent_bias.shape[-1],),
+                                      recurrent_bias.dtype), recurrent_bias], axis=-1)
+
+
+def hidden_side(cell: str, memory, recurrent_kernel: jnp.ndarray, recurrent_bias) -> jnp.ndarray:
+    """``h @ recurrent_kernel`` plus GRU's n-gate bias: every gate's hidden-side pre-activation."""
+    return hidden_of(cell, memory) @ recurrent_kernel + hidden_bias(recurrent_bias)
+
+
+def cell_update(cell: str, hidden: jnp.ndarray, projected: jnp.ndarray, memory):
+    """One step's gates given both sides: ``hidden`` (:func:`hidden_side`) and ``projected`` (the
+    input side) -> ``(memory, h)``."""
+    if cell == "gru":
+        h = memory
+        hr, hz, hn = jnp.split(hidden, 3, axis=-1)
+        xr, xz, xn = jnp.split(projected, 3, axis=-1)
+        r = nn.sigmoid(xr + hr)
+        z = nn.sigmoid(xz + hz)
+        n = jnp.tanh(xn + r * hn)
+        h = (1.0 - z) * n + z * h
+        return h, h
+    c, h = memory
+    i, f, g, o = jnp.split(projected + hidden, 4, axis=-1)
+    c = nn.sigmoid(f) * c + nn.sigmoid(i) * jnp.tanh(g)
+    h = nn.sigmoid(o) * jnp.tanh(c)
+    return (c, h), h
+
+
+def _fold(v: jnp.ndarray, gates: int) -> jnp.ndarray:
+    return sum(jnp.split(v, gates, axis=-1))
+
+
+def cell_jacobian(cell: str, hidden: jnp.ndarray, projected: jnp.ndarray, memory) -> dict:
+    """The factors of :func:`cell_update`'s derivative at a point (any leading axes, computed for all
+    steps at once): :func:`cell_tangent` with them is its JVP, a function linear in the tangents."""
+    if cell == "gru":
+        h = memory
+        hr, hz, hn = jnp.split(hidden, 3, axis=-1)
+        xr, xz, xn = jnp.split(projected, 3, axis=-1)
+        r = nn.sigmoid(xr + hr)
+        z = nn.sigmoid(xz + hz)
+        n = jnp.tanh(xn + r * hn)
+        dn = (1.0 - z) * (1.0 - n * n)  # dh / d(n's pre-activation)
+        dr = dn * hn * r * (1.0 - r)
+        dz = (h - n) * z * (1.0 - z)
+        return {"input": jnp.concatenate([dr, dz, dn], -1), "hidden": jnp.concatenate([dr, dz, dn * r], -1),
+                "keep": z}
+    c, _ = memory
+    i, f, g, o = jnp.split(projected + hidden, 4, axis=-1)
+    si, sf, so, tg = nn.sigmoid(i), nn.sigmoid(f), nn.sigmoid(o), jnp.tanh(g)
+    tc = jnp.tanh(sf * c + si * tg)
+    return {"gates": jnp.concatenate([si * (1.0 - si) * tg, sf * (1.0 - sf) * c, si * (1.0 - tg * tg)], -1),
+            "keep": sf, "out": so * (1.0 - so) * tc, "through": so * (1.0 - tc * tc)}
+
+
+def cell_tangent(cell: str, jac: dict, d_projected: jnp.ndarray, d_hidden: jnp.ndarray, d_memory):
+    """The tangent ``(d_memory, dh)`` of :func:`cell_update` at the point of ``jac``
+    (:func:`cell_jacobian`) for tangents of its input side, hidden side and memory."""
+    if cell == "gru":
+        dh = _fold(jac["input"] * d_projected + jac["hidden"] * d_hidden, 3) + jac["keep"] * d_memory
+        return dh, dh
+    dc, _ = d_memory
+    da = d_projected + d_hidden
+    size = da.shape[-1] // 4
+    dc = _fold(jac["gates"] * da[..., :3 * size], 3) + jac["keep"] * dc
+    dh = jac["out"] * da[..., 3 * size:] + jac["through"] * dc
+    return (dc, dh), dh
+
+
+class _RecurrentNetwork(nn.Module):
+    """Torso -> recurrent cell -> head, as three methods so a sequence runs only the cell's hidden side
+    step by step (policies.replay):
+
+    * ``embed(obs [..., *obs]) -> [..., G*H]``: the (conv +) MLP torso and the cell's input side;
+    * ``core(memory, embedded) -> (memory, h)``: one step of the cell's hidden side;
+    * ``head(h [..., H]) -> out``: the output layer;
+
+    ``__call__(memory, obs)`` is one step of all three (acting, and ``init``). Any leading axes.
+    """
 
     spec: EnvSpec
     net: NetworkConfig
 
-    @nn.compact
+    def setup(self):
+        self.torso = Torso(len(self.spec.obs_shape), self.net.hidden_sizes, self.net.activation,
+                           self.net.cnn_channels)
+        self.cell = RecurrentCell(self.net.recurrent, self.net.recurrent_size)
+        self.setup_head()
+
+    def embed(self, obs: jnp.ndarray) -> jnp.ndarray:
+        return self.cell.project(self.torso(obs))
+
+    def core(self, memory, embedded: jnp.ndarray):
+        return self.cell(memory, embedded)
+
     def __call__(self, memory, obs: jnp.ndarray):
-        memory, x = RecurrentTorso(len(self.spec.obs_shape), self.net)(memory, obs)
-        out = _dense(self.spec.num_actions, 0.01)(x)
+        memory, h = self.core(memory, self.embed(obs))
+        return memory, self.head(h)
+
+
+class RecurrentActor(_RecurrentNetwork):
+    """Recurrent policy: ``(memory, obs) -> (memory, distribution parameters)`` per step."""
+
+    def setup_head(self):
+        self.out = _dense(self.spec.num_actions, 0.01)
+        if not self.spec.discrete:
+            self.log_std = self.param("log_std", nn.initializers.constant(self.net.log_std_init),
+                                      (self.spec.num_actions,))
+
+    def head(self, h: jnp.ndarray) -> dict[str, jnp.ndarray]:
+        out = self.out(h)
         if self.spec.discrete:
-            return memory, {"logits": out}
-        log_std = self.param("log_std", nn.initializers.constant(self.net.log_std_init),
-                             (self.spec.num_actions,))
-        return memory, {"mean": out, "log_std": jnp.broadcast_to(log_std, out.shape)}
+            return {"logits": out}
+        return {"mean": out, "log_std": jnp.broadcast_to(self.log_std, out.shape)}
 
 
-class RecurrentCritic(nn.Module):
-    """Recurrent value step: ``(memory, obs) -> (memory, value [...])``."""
+class RecurrentCritic(_RecurrentNetwork):
+    """Recurrent value function: ``(memory, obs) -> (memory, value [...])`` per step."""
 
-    spec: EnvSpec
-    net: NetworkConfig
+    def setup_head(self):
+        self.out = _dense(1, 1.0)
 
-    @nn.compact
-    def __call__(self, memory, obs: jnp.ndarray):
-        memory, x = RecurrentTorso(len(self.spec.obs_shape), self.net)(memory, obs)
-        return memory, _dense(1, 1.0)(x)[..., 0]
+    def head(self, h: jnp.ndarray) -> jnp.ndarray:
+        return self.out(h)[..., 0]
 
 
 def count_params(params) -> int:

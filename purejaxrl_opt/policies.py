@@ -13,9 +13,10 @@ Every algorithm needs a policy in three ways:
 For an MLP all three are ``apply`` (the carry is ``None``). A recurrent policy (``network.recurrent=gru|lstm``)
 carries its hidden state: ``start`` steps from the zero state, ``advance`` from the carry,
 ``episode_apply`` replays each episode from the zero state; ``apply`` treats every observation as an
-episode's first. Its :class:`Recurrence` (``policy.recurrence``) is the one step function that all of
-these, the continuing rollouts of PPO/TRPO (:func:`replay`, with resets at episode ends) and the
-evaluation use. For a transformer on a token env
+episode's first. Its :class:`Recurrence` (``policy.recurrence``) is the one network that all of these,
+the continuing rollouts of PPO/TRPO (:func:`replay`, with resets at episode ends) and the evaluation
+use: acting steps it one observation at a time, a replay runs the feed-forward parts on whole
+sequences and scans only the cell's hidden side (:func:`scan_cell`). For a transformer on a token env
 (purejaxrl_opt/token_envs.py) the observation is the token buffer ``[max_len]`` — the prompt, then
 the answer tokens generated so far, then padding — and the policy's output at the last filled
 position gives the next token: action ``a`` is token ``a + 1`` (padding is never emitted).
@@ -26,6 +27,7 @@ because the transformer is causal: what follows a position never changes its out
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable
 
 import jax
@@ -37,11 +39,25 @@ from purejaxrl_opt.envs import EnvSpec
 
 @dataclass(frozen=True)
 class Recurrence:
-    """A recurrent network's step: ``step(params, memory [N, ...], obs [N, *obs]) -> (memory, out)``;
-    ``zero(batch_shape)`` is the state every episode starts from."""
+    """A recurrent network split where the time dependence is: ``embed(params, obs [..., *obs])`` (the
+    feed-forward torso and the cell's input side: any leading axes, no memory), ``core(params,
+    memory [N, ...], embedded [N, ...]) -> (memory, h)`` (the cell's hidden side: the only part that
+    runs step by step) and ``head(params, h [..., H]) -> out``. ``step`` is the three in turn (acting);
+    :func:`replay` embeds a whole sequence at once, scans ``core`` and applies ``head`` to the stacked
+    outputs -- the same function. ``zero(batch_shape)`` is the state every episode starts from."""
 
     zero: Callable[[tuple[int, ...]], Any]
-    step: Callable[[Any, Any, jnp.ndarray], tuple[Any, Any]]
+    embed: Callable[[Any, jnp.ndarray], jnp.ndarray]
+    core: Callable[[Any, Any, jnp.ndarray], tuple[Any, jnp.ndarray]]
+    head: Callable[[Any, jnp.ndarray], Any]
+    # (params, memory [N, ...], embedded [T, N, ...], done [T, N]) -> (memory, h [T, N, H],
+    # memory_after [T, N, ...]): ``core`` scanned over time with resets (:func:`scan_cell`)
+    sequence: Callable[[Any, Any, jnp.ndarray, jnp.ndarray], tuple[Any, jnp.ndarray, Any]]
+
+    def step(self, params, memory, obs: jnp.ndarray):
+        """One step: ``(memory [N, ...], obs [N, *obs]) -> (memory, out)``."""
+        memory, h = self.core(params, memory, self.embed(params, obs))
+        return memory, self.head(params, h)
 
 
 @dataclass(frozen=True)
@@ -79,13 +95,73 @@ def replay(recurrence: Recurrence, params, memory, obs: jnp.ndarray, done: jnp.n
     reset, from which the critic bootstraps the episode's final observation.
     """
 
-    def _step(m, inputs):
-        o, d = inputs
-        m, out = recurrence.step(params, m, o)
-        return reset_where(m, d), (out, m)
+    # only the hidden side is sequential: the torso and the cell's input side see all [T, N]
+    # observations in one batched call, the head all [T, N] outputs
+    memory, h, memory_after = recurrence.sequence(params, memory, recurrence.embed(params, obs), done)
+    return memory, recurrence.head(params, h), memory_after
 
-    memory, (out, memory_after) = jax.lax.scan(_step, memory, (obs, done))
-    return memory, out, memory_after
+
+def _scan_forward(cell: str, kernel, bias, memory, projected, done):
+    """The cell over ``projected [T, N, G*H]`` from ``memory``, reset after every step with ``done``.
+    Also returns what the JVP needs: the state before each step and its hidden side."""
+    from purejaxrl_opt.networks import cell_update, hidden_side
+
+    def _step(m, inputs):
+        x, d = inputs
+        hidden = hidden_side(cell, m, kernel, bias)
+        m_next, h = cell_update(cell, hidden, x, m)
+        return reset_where(m_next, d), (h, m_next, m, hidden)
+
+    return jax.lax.scan(_step, memory, (projected, done))
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(0,))
+def scan_cell(cell: str, kernel, bias, memory, projected, done):
+    """``(memory, h [T, N, H], memory_after [T, N, ...])`` of a GRU/LSTM cell (networks.RecurrentCell)
+    with ``recurrent_kernel`` ``kernel [H, G*H]``, GRU ``recurrent_bias`` ``bias`` (LSTM: None), over
+    ``projected [T, N, G*H]`` (its input side, all steps) from ``memory``, resetting the state after
+    every step whose ``done [T, N]`` is set.
+
+    The same function as scanning ``RecurrentCell.__call__``; only its derivative is arranged for
+    speed (XLA:CPU, seeds vmapped): plain autodiff of a scan adds the kernel's gradient up one step
+    at a time (a rank-N outer product into ``[H, G*H]`` per step) and multiplies by the transposed
+    kernel in a batched-dot layout XLA:CPU runs ~2x slower. Here the parameters' tangent enters every
+    step as ``h_{t-1} @ dkernel + dbias``, one matmul over all ``[T, N]`` states outside the scan (its
+    transpose, the kernel's gradient, is one matmul too), and the scan carries only the state's
+    tangent, multiplied by a pre-transposed kernel so that the backward pass gets the plain layout.
+    Forward mode (TRPO's Fisher-vector products) and higher orders go through the same rule.
+    """
+    last, (h, after, _, _) = _scan_forward(cell, kernel, bias, memory, projected, done)
+    return last, h, after
+
+
+@scan_cell.defjvp
+def _scan_cell_jvp(cell, primals, tangents):
+    from purejaxrl_opt.networks import cell_jacobian, cell_tangent, hidden_bias, hidden_of
+
+    kernel, bias, memory, projected, done = primals
+    d_kernel, d_bias, d_memory, d_projected, _ = tangents
+    last, (h, after, before, hidden) = _scan_forward(cell, kernel, bias, memory, projected, done)
+    # everything that does not need the previous step's tangent, for all [T, N] at once
+    jac = cell_jacobian(cell, hidden, projected, before)
+    d_hidden_params = hidden_of(cell, before) @ d_kernel + hidden_bias(d_bias)  # [T, N, G*H]
+    kernel_t = jnp.swapaxes(kernel, -1, -2)  # [G*H, H]
+
+    def _tangent_step(dm, inputs):  # linear in (dm, dx, dhp)
+        dx, dhp, jac_t, d = inputs
+        # dh_{t-1} @ kernel written against kernel^T: its transpose (the backward pass) is dh @ kernel_t
+        d_hid = jnp.einsum("...k,jk->...j", hidden_of(cell, dm), kernel_t) + dhp
+        dm_next, dh = cell_tangent(cell, jac_t, dx, d_hid, dm)
+        return reset_where(dm_next, d), (dh, dm_next)
+
+    def _tangent_scan(dm, dx, dhp):
+        return jax.lax.scan(_tangent_step, dm, (dx, dhp, jac, done))
+
+    # the scan is linear, so it is its own JVP; bound through jax.jvp, JAX marks its tangent inputs
+    # linear (a scan bound directly here would be transposed as if they were residuals and fail)
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, (d_memory, d_projected, d_hidden_params))
+    _, (d_last, (d_h, d_after)) = jax.jvp(_tangent_scan, zeros, (d_memory, d_projected, d_hidden_params))
+    return (last, h, after), (d_last, d_h, d_after)
 
 
 def as_policy(policy_or_fn) -> Policy:
@@ -151,7 +227,14 @@ def _recurrence(module, spec: EnvSpec, net: NetworkConfig) -> tuple[Callable, Re
     def init(key):
         return module.init(key, zero_memory(net, (1,)), jnp.zeros((1,) + spec.obs_shape, jnp.float32))
 
-    return init, Recurrence(lambda batch_shape: zero_memory(net, batch_shape), module.apply)
+    return init, Recurrence(
+        zero=lambda batch_shape: zero_memory(net, batch_shape),
+        embed=lambda params, obs: module.apply(params, obs, method="embed"),
+        core=lambda params, memory, x: module.apply(params, memory, x, method="core"),
+        head=lambda params, h: module.apply(params, h, method="head"),
+        sequence=lambda params, memory, x, done: scan_cell(
+            net.recurrent, params["params"]["cell"]["recurrent_kernel"],
+            params["params"]["cell"].get("recurrent_bias"), memory, x, done))
 
 
 def _batch_shape(spec: EnvSpec, obs: jnp.ndarray) -> tuple[int, ...]:

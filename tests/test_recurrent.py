@@ -18,6 +18,7 @@ from purejaxrl_opt.config import (ConfigError, EnvConfig, GRPOConfig, NetworkCon
                                   TRPOConfig, from_dictconfig, hyperparameters)
 from purejaxrl_opt.distributions import Categorical, DiagGaussian
 from purejaxrl_opt.envs import EnvSpec
+from purejaxrl_opt.networks import GATES
 from purejaxrl_opt.policies import make_policy, replay
 
 CARTPOLE = EnvSpec("CartPole-v1", (4,), True, 2, None, None, 500)
@@ -32,6 +33,119 @@ def _run(algo, cell="gru", obs_mask=(1, 0, 1, 0), **kwargs) -> RunConfig:
                     **kwargs)
     run.validate()
     return run
+
+
+# --------------------------------------------------------------------------- the cell
+def _flax_to_fused(cell: str, flax_params) -> dict:
+    """flax's per-gate GRUCell / OptimizedLSTMCell parameters as RecurrentCell's fused ones."""
+    p = flax_params["params"]
+    if cell == "gru":
+        return {"input": {"kernel": jnp.concatenate([p[g]["kernel"] for g in ("ir", "iz", "in")], -1),
+                          "bias": jnp.concatenate([p[g]["bias"] for g in ("ir", "iz", "in")], -1)},
+                "recurrent_kernel": jnp.concatenate([p[g]["kernel"] for g in ("hr", "hz", "hn")], -1),
+                "recurrent_bias": p["hn"]["bias"]}
+    gates = ("i", "f", "g", "o")
+    return {"input": {"kernel": jnp.concatenate([p["i" + g]["kernel"] for g in gates], -1),
+                      "bias": jnp.concatenate([p["h" + g]["bias"] for g in gates], -1)},
+            "recurrent_kernel": jnp.concatenate([p["h" + g]["kernel"] for g in gates], -1)}
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_fused_cell_is_flaxs_cell_and_a_projected_sequence_is_its_steps(cell):
+    import flax.linen as nn
+
+    from purejaxrl_opt.networks import RecurrentCell
+
+    size, dim = 5, 3
+    reference = nn.GRUCell(size) if cell == "gru" else nn.OptimizedLSTMCell(size)
+    h0 = jax.random.normal(jax.random.PRNGKey(1), (4, size))
+    memory = h0 if cell == "gru" else (jax.random.normal(jax.random.PRNGKey(2), (4, size)), h0)
+    xs = jax.random.normal(jax.random.PRNGKey(3), (7, 4, dim))  # [T, N, D]
+    flax_params = reference.init(jax.random.PRNGKey(0), memory, xs[0])
+    # non-zero biases, so a misplaced bias (GRU's n gate: inside r * (...)) shows
+    flax_params = jax.tree_util.tree_map(
+        lambda x: x + 0.3 * jax.random.normal(jax.random.PRNGKey(x.size), x.shape), flax_params)
+    fused = RecurrentCell(cell, size)
+    params = {"params": _flax_to_fused(cell, flax_params)}
+    # the mapped tree is the cell's subtree of the network the policy builds
+    network = make_policy(EnvSpec("tiny", (dim,), True, 2, None, None, 0),
+                          NetworkConfig(hidden_sizes=(), recurrent=cell, recurrent_size=size))
+    built = network.init(jax.random.PRNGKey(0))["params"]["cell"]
+    assert jax.tree_util.tree_structure(params["params"]) == jax.tree_util.tree_structure(built)
+    assert jax.tree_util.tree_map(jnp.shape, params["params"]) == jax.tree_util.tree_map(jnp.shape, built)
+
+    projected = fused.apply(params, xs, method="project")  # all steps at once
+    m_ref, m_fused = memory, memory
+    for t in range(xs.shape[0]):
+        m_ref, out_ref = reference.apply(flax_params, m_ref, xs[t])
+        m_fused, out = fused.apply(params, m_fused, projected[t])
+        # float tolerance: the gates' matmuls are fused and the biases added in another order
+        np.testing.assert_allclose(out, out_ref, rtol=1e-5, atol=1e-6)
+        for a, b in zip(jax.tree_util.tree_leaves(m_fused), jax.tree_util.tree_leaves(m_ref)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert float(jnp.abs(out).max()) > 0.1
+
+
+def test_fused_init_draws_each_gate_block_like_flax():
+    """The hidden-side kernel is orthogonal per [H, H] gate block (flax's per-gate init), not as a
+    whole [H, 3H] matrix."""
+    from purejaxrl_opt.networks import RecurrentCell
+
+    params = RecurrentCell("gru", 6).init(jax.random.PRNGKey(0), jnp.zeros((1, 6)), jnp.zeros((1, 18)))
+    kernel = np.asarray(params["params"]["recurrent_kernel"])
+    assert kernel.shape == (6, 18)
+    for block in np.split(kernel, 3, axis=1):
+        np.testing.assert_allclose(block.T @ block, np.eye(6), atol=1e-5)
+    assert np.abs(kernel.T @ kernel - np.eye(18)).max() > 0.1
+    assert np.all(np.asarray(params["params"]["recurrent_bias"]) == 0)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_scanned_sequence_and_its_derivatives_equal_plain_autodiff_of_the_steps(cell):
+    """policies.scan_cell (a custom JVP, for speed) against scanning RecurrentCell.__call__ with
+    JAX's own derivatives: outputs, gradients and forward-mode tangents, with resets inside."""
+    from purejaxrl_opt.networks import RecurrentCell
+    from purejaxrl_opt.policies import reset_where, scan_cell
+
+    size, steps, batch = 4, 6, 3
+    module = RecurrentCell(cell, size)
+    memory = jax.random.normal(jax.random.PRNGKey(1), (batch, size))
+    memory = memory if cell == "gru" else (0.5 * memory, jnp.tanh(memory))
+    projected = jax.random.normal(jax.random.PRNGKey(2), (steps, batch, GATES[cell] * size))
+    done = jnp.zeros((steps, batch), bool).at[2, 0].set(True).at[4, 2].set(True)
+    params = module.init(jax.random.PRNGKey(0), memory, projected[0])
+    params = jax.tree_util.tree_map(lambda x: x + 0.3 * jax.random.normal(jax.random.PRNGKey(x.size), x.shape),
+                                    params)
+
+    def reference(p, m, x):
+        def _step(m, inputs):
+            m, h = module.apply(p, m, inputs[0])
+            return reset_where(m, inputs[1]), (h, m)
+        last, (h, after) = jax.lax.scan(_step, m, (x, done))
+        return last, h, after
+
+    def fused(p, m, x):
+        cell_params = p["params"]
+        return scan_cell(cell, cell_params["recurrent_kernel"], cell_params.get("recurrent_bias"), m, x, done)
+
+    def loss(fn, p, m, x):
+        last, h, after = fn(p, m, x)
+        weights = jnp.cos(jnp.arange(h.size, dtype=jnp.float32)).reshape(h.shape)
+        return (jnp.sum(h * weights) + sum(jnp.sum(jnp.sin(a)) for a in jax.tree_util.tree_leaves(after))
+                + sum(jnp.sum(a ** 2) for a in jax.tree_util.tree_leaves(last)))
+
+    args = (params, memory, projected)
+    for a, b in zip(jax.tree_util.tree_leaves(fused(*args)), jax.tree_util.tree_leaves(reference(*args))):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    grads = jax.grad(lambda *a: loss(fused, *a), argnums=(0, 1, 2))(*args)
+    expected = jax.grad(lambda *a: loss(reference, *a), argnums=(0, 1, 2))(*args)
+    for a, b in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(expected)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    assert float(jnp.abs(grads[0]["params"]["recurrent_kernel"]).max()) > 1e-2
+    tangents = jax.tree_util.tree_map(lambda x: jnp.cos(x), args)
+    _, t_fused = jax.jvp(lambda *a: loss(fused, *a), args, tangents)
+    _, t_ref = jax.jvp(lambda *a: loss(reference, *a), args, tangents)
+    np.testing.assert_allclose(t_fused, t_ref, rtol=1e-5)
 
 
 # --------------------------------------------------------------------------- resets
