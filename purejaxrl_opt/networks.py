@@ -200,16 +200,21 @@ def hidden_side(cell: str, memory, recurrent_kernel: jnp.ndarray, recurrent_bias
     return hidden_of(cell, memory) @ recurrent_kernel + hidden_bias(recurrent_bias)
 
 
+def _gru_gates(hidden: jnp.ndarray, projected: jnp.ndarray):
+    """GRU's reset and update gates, candidate state and hidden-side n pre-activation."""
+    hr, hz, hn = jnp.split(hidden, 3, axis=-1)
+    xr, xz, xn = jnp.split(projected, 3, axis=-1)
+    r = nn.sigmoid(xr + hr)
+    z = nn.sigmoid(xz + hz)
+    return r, z, jnp.tanh(xn + r * hn), hn
+
+
 def cell_update(cell: str, hidden: jnp.ndarray, projected: jnp.ndarray, memory):
     """One step's gates given both sides: ``hidden`` (:func:`hidden_side`) and ``projected`` (the
     input side) -> ``(memory, h)``."""
     if cell == "gru":
         h = memory
-        hr, hz, hn = jnp.split(hidden, 3, axis=-1)
-        xr, xz, xn = jnp.split(projected, 3, axis=-1)
-        r = nn.sigmoid(xr + hr)
-        z = nn.sigmoid(xz + hz)
-        n = jnp.tanh(xn + r * hn)
+        r, z, n, hn = _gru_gates(hidden, projected)
         h = (1.0 - z) * n + z * h
         return h, h
     c, h = memory
@@ -228,11 +233,7 @@ def cell_jacobian(cell: str, hidden: jnp.ndarray, projected: jnp.ndarray, memory
     steps at once): :func:`cell_tangent` with them is its JVP, a function linear in the tangents."""
     if cell == "gru":
         h = memory
-        hr, hz, hn = jnp.split(hidden, 3, axis=-1)
-        xr, xz, xn = jnp.split(projected, 3, axis=-1)
-        r = nn.sigmoid(xr + hr)
-        z = nn.sigmoid(xz + hz)
-        n = jnp.tanh(xn + r * hn)
+        r, z, n, hn = _gru_gates(hidden, projected)
         dn = (1.0 - z) * (1.0 - n * n)  # dh / d(n's pre-activation)
         dr = dn * hn * r * (1.0 - r)
         dz = (h - n) * z * (1.0 - z)
