@@ -37,6 +37,7 @@ import platform
 import sys
 import time
 import traceback
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -581,9 +582,12 @@ def run_suite(suite: Suite, out_dir: str | os.PathLike, train_overrides: list[st
             result.update(final_returns=returns, compile_s=summary["compile_seconds"],
                           run_s=summary["run_seconds"], env_steps_per_s=summary["env_steps_per_second"],
                           env_steps=summary["env_steps"], device=summary.get("device"))
-            result.update(entry_statistics(returns, reps, level, seed + index))
+            # the entry's bootstrap seed follows its name, not its position: the same runs give the
+            # same CIs whichever entries (only=...) share the invocation
+            entry_seed = seed + zlib.crc32(entry.name.encode()) % 2**16
+            result.update(entry_statistics(returns, reps, level, entry_seed))
             metrics = report.read_metrics_csv(entry_dir / "metrics.csv")
-            result["curve"] = learning_curve(metrics, curve_reps, level, seed + index)
+            result["curve"] = learning_curve(metrics, curve_reps, level, entry_seed)
             _print(f"{entry.name}: IQM {_ci(result, 'iqm')}, mean {_ci(result, 'mean')} "
                    f"({100 * level:g}% CIs)")
         results.append(result)
