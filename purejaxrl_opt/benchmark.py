@@ -288,6 +288,12 @@ def describe_machine(info: dict) -> str:
 # statistics of the finished entries
 
 
+def name_seed(seed: int, *names: str) -> int:
+    """The bootstrap seed of an entry (or a pair of them) follows its names, not its position: the
+    same runs give the same CIs whichever entries (``only=...``) share the invocation."""
+    return seed + zlib.crc32("|".join(names).encode()) % 2**16
+
+
 def entry_statistics(returns: list[float], reps: int, level: float, seed: int) -> dict:
     from purejaxrl_opt import stats
 
@@ -338,8 +344,8 @@ def improvement_pairs(results: list[dict], reps: int, level: float, seed: int) -
         for b in done[i + 1:]:
             if a["env"] != b["env"] or a["algo"] == b["algo"]:
                 continue
-            ci = stats.probability_of_improvement_ci(a["final_returns"], b["final_returns"], reps=reps,
-                                                     level=level, seed=seed + len(rows))
+            ci = stats.probability_of_improvement_ci(a["final_returns"], b["final_returns"], reps=reps, level=level,
+                                                     seed=name_seed(seed, a["name"], b["name"]))
             rows.append({"x": a["name"], "y": b["name"], "x_algo": a["algo"], "y_algo": b["algo"],
                          "envs": [a["env"]], "p": ci.value, "ci_low": ci.low, "ci_high": ci.high})
     by_env: dict[str, dict[str, list]] = {}
@@ -353,7 +359,8 @@ def improvement_pairs(results: list[dict], reps: int, level: float, seed: int) -
                 continue
             xs = [np.asarray(by_env[e][x][0]["final_returns"]) for e in envs]
             ys = [np.asarray(by_env[e][y][0]["final_returns"]) for e in envs]
-            ci = stats.probability_of_improvement_ci(xs, ys, reps=reps, level=level, seed=seed + len(rows))
+            ci = stats.probability_of_improvement_ci(xs, ys, reps=reps, level=level,
+                                                     seed=name_seed(seed, x, y, *envs))
             rows.append({"x": x, "y": y, "x_algo": x, "y_algo": y, "envs": envs, "p": ci.value,
                          "ci_low": ci.low, "ci_high": ci.high})
     return rows
@@ -582,9 +589,7 @@ def run_suite(suite: Suite, out_dir: str | os.PathLike, train_overrides: list[st
             result.update(final_returns=returns, compile_s=summary["compile_seconds"],
                           run_s=summary["run_seconds"], env_steps_per_s=summary["env_steps_per_second"],
                           env_steps=summary["env_steps"], device=summary.get("device"))
-            # the entry's bootstrap seed follows its name, not its position: the same runs give the
-            # same CIs whichever entries (only=...) share the invocation
-            entry_seed = seed + zlib.crc32(entry.name.encode()) % 2**16
+            entry_seed = name_seed(seed, entry.name)
             result.update(entry_statistics(returns, reps, level, entry_seed))
             metrics = report.read_metrics_csv(entry_dir / "metrics.csv")
             result["curve"] = learning_curve(metrics, curve_reps, level, entry_seed)

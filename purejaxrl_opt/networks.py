@@ -214,7 +214,7 @@ def cell_update(cell: str, hidden: jnp.ndarray, projected: jnp.ndarray, memory):
     input side) -> ``(memory, h)``."""
     if cell == "gru":
         h = memory
-        r, z, n, hn = _gru_gates(hidden, projected)
+        _, z, n, _ = _gru_gates(hidden, projected)
         h = (1.0 - z) * n + z * h
         return h, h
     c, h = memory

@@ -187,6 +187,22 @@ def test_improvement_pairs_per_env_and_aggregated_over_shared_envs():
     assert aggregate["ci_low"] <= aggregate["p"] <= aggregate["ci_high"]
 
 
+def test_a_pairs_ci_does_not_depend_on_the_other_entries_of_the_run():
+    """Bootstrap seeds follow the entries' names: a pair's CI is the same whether or not other
+    entries (before it in suite order) share the invocation, as with only=[...]."""
+    rng = np.random.default_rng(1)
+    ppo_b, trpo_b = ({"name": f"{a}_B", "algo": a, "env": "B", "final_returns": rng.normal(size=8).tolist()}
+                     for a in ("ppo", "trpo"))
+    ppo_a, trpo_a = ({"name": f"{a}_A", "algo": a, "env": "A", "final_returns": rng.normal(size=8).tolist()}
+                     for a in ("ppo", "trpo"))
+    alone = benchmark.improvement_pairs([ppo_b, trpo_b], reps=300, level=0.95, seed=0)
+    together = benchmark.improvement_pairs([ppo_a, trpo_a, ppo_b, trpo_b], reps=300, level=0.95, seed=0)
+    pair = [p for p in together if (p["x"], p["y"]) == ("ppo_B", "trpo_B")]
+    assert len(alone) == 1 and len(pair) == 1
+    assert (alone[0]["ci_low"], alone[0]["ci_high"]) == (pair[0]["ci_low"], pair[0]["ci_high"])
+    assert benchmark.name_seed(0, "ppo_B") != benchmark.name_seed(0, "trpo_B")
+
+
 def test_learning_curve_carries_returns_over_updates_without_episodes():
     # 4 seeds x 10 updates; seed 3 finishes no episode until update 3, all seeds miss update 5
     ys = np.tile(np.arange(10, dtype=float), (4, 1))
