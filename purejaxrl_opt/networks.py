@@ -25,6 +25,16 @@ def _dense(features: int, scale: float) -> nn.Dense:
                     bias_init=nn.initializers.zeros)
 
 
+def patch_indices(height: int, width: int, channels: int, kh: int, kw: int) -> np.ndarray:
+    """Flat indices into an ``[H*W*C]`` image of every VALID ``kh x kw`` patch, ``[out_h*out_w*kh*kw*C]``:
+    position-major, then the patch's features in the order ``(i, j, c)`` of the row-major flattening
+    of a kernel ``[kh, kw, C, :]``."""
+    flat = np.arange(height * width * channels).reshape(height, width, channels)
+    out_h, out_w = height - kh + 1, width - kw + 1
+    patches = np.stack([flat[i:i + out_h, j:j + out_w, :] for i in range(kh) for j in range(kw)], axis=2)
+    return patches.reshape(-1)
+
+
 class PatchConv(nn.Module):
     """A stride-1 VALID convolution ``[N, H, W, C] -> [N, H-kh+1, W-kw+1, features]`` computed as
     im2col patches times one matrix: the same function and parameters as ``flax.linen.Conv(features,
@@ -38,6 +48,12 @@ class PatchConv(nn.Module):
     update's time; vmapped over lanes with per-lane inputs it turns into a grouped convolution
     (``feature_group_count=lanes``) that is slower still. As patches @ kernel, the forward, both
     gradients and the vmap over lanes are ordinary (batched) matmuls. See experiments/bench_cnn.py.
+
+    The patches are one gather with constant indices (:func:`patch_indices`), not a concatenation of
+    ``kh*kw`` shifted slices: vmapped over lanes (a leading lane axis on the image), XLA:CPU ran that
+    rank-5 minor-axis concatenation 3-5x slower than the same one unbatched, and the critic's forward
+    over a rollout (512 Breakout observations) took 3.3 ms instead of 1.2 ms; the gather costs the
+    same with or without the lane axis (PPO on Breakout-MinAtar: 13.4k -> 17.5k env steps/s).
     """
 
     features: int
@@ -54,9 +70,8 @@ class PatchConv(nn.Module):
         kernel = self.param("kernel", self.kernel_init, (kh, kw, channels, self.features), jnp.float32)
         bias = self.param("bias", self.bias_init, (self.features,), jnp.float32)
         out_h, out_w = height - kh + 1, width - kw + 1
-        # patch feature order (i, j, c) matches the row-major flattening of kernel [kh, kw, C, :]
-        patches = jnp.concatenate([x[:, i:i + out_h, j:j + out_w, :] for i in range(kh)
-                                   for j in range(kw)], axis=-1)
+        patches = jnp.take(x.reshape((n, height * width * channels)),
+                           patch_indices(height, width, channels, kh, kw), axis=1, mode="clip")
         out = patches.reshape((-1, kh * kw * channels)) @ kernel.reshape((kh * kw * channels, -1))
         return (out + bias).reshape((n, out_h, out_w, self.features))
 
