@@ -11,6 +11,11 @@ are what to compare across machines. Also: (b0) acting whose batch is thrown awa
 stored transitions and log-probs: no training runs that loop), (b') acting with a critic forward per
 step (what most JAX PPO code does), and with ``--data N`` training data parallel over N devices.
 
+Like the CLI, it exposes one host device per core on a CPU-only host (xla_flags.py). (c) trains all
+lanes on one device; ``<algo>_devices`` trains them in the CLI's default layout
+(``parallel.lanes=auto``: equal lane blocks side by side on the devices), reported against (c).
+With ``--cli``, PPO through ``runner.execute`` is compared with the same layout's bare function.
+
     python experiments/bench_throughput.py --env CartPole-v1 --num-envs 4 1024 --algos ppo trpo
 """
 
@@ -37,6 +42,10 @@ def _host_devices_from_argv() -> None:
 
 
 _host_devices_from_argv()
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from purejaxrl_opt.xla_flags import set_default_xla_flags  # noqa: E402  (before JAX starts)
+
+set_default_xla_flags()  # the CLI's flags: opt level 1, one host device per core
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -102,6 +111,29 @@ def data_parallel_fn(run: RunConfig, env_tuple, keys, data: int):
         return float(jax.device_get(loop.env_steps).sum())
 
     return _train
+
+
+def lanes_fn(run: RunConfig, env_tuple, keys):
+    """A blocking callable that trains the lanes as the CLI lays them out (``parallel.lanes=auto``:
+    equal lane blocks over the local devices, one per core on a CPU host), or None when that layout
+    is one device. Returns (callable, compile seconds, lane blocks)."""
+    from purejaxrl_opt import parallel
+    from purejaxrl_opt.runner import Compiled
+
+    layout = parallel.make_layout(parallel.ParallelSettings(), run, keys.shape[0])
+    if not layout.active:
+        return None, 0.0, 1
+    algo = algos.make_algorithm(run, env_tuple)
+    hparams = lane_inputs(dataclasses.replace(run, num_seeds=keys.shape[0]))[1]
+    compiled = Compiled(algo, keys, hparams, layout)
+    keys, hparams = compiled.place_inputs(keys, hparams)
+    start_loop = compiled.init(keys, hparams)
+
+    def _train():
+        loop = compiled.updates(start_loop, jnp.int32(0), jnp.int32(algo.num_updates))
+        return float(jax.device_get(loop.env_steps).sum())
+
+    return _train, compiled.seconds, layout.lane_rows
 
 
 def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, lanes: int,
@@ -223,6 +255,13 @@ def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, la
 
         fns[name] = _train
         trained.append(name)
+        sharded, seconds, blocks = lanes_fn(dataclasses.replace(run, num_seeds=lanes),
+                                            (env, env_params, spec), keys)
+        if sharded is not None:  # the CLI's default layout: lane blocks side by side on the devices
+            fns[f"{name}_devices"] = sharded
+            trained.append(f"{name}_devices")
+            result[f"{name}_devices_compile_s"] = seconds
+            result[f"{name}_devices_lane_blocks"] = blocks
         if data > 1 and name in algos.DATA_PARALLEL and num_envs % data == 0:
             fns[f"{name}_data{data}"] = data_parallel_fn(run, (env, env_params, spec), keys, data)
             trained.append(f"{name}_data{data}")
@@ -236,7 +275,8 @@ def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, la
     rates = _interleaved_rates(fns, repeats)
     if cli:
         result["ppo_cli_steps_per_s"] = rates.pop("ppo_cli")
-        result["ppo_cli_over_bare"] = result["ppo_cli_steps_per_s"] / rates["ppo"]
+        # the CLI runs the default layout: compare it with the same program, bare
+        result["ppo_cli_over_bare"] = result["ppo_cli_steps_per_s"] / rates.get("ppo_devices", rates["ppo"])
     for name in ("random", "acting", "acting_unused", "acting_with_critic"):
         result[f"{name}_steps_per_s"] = rates.pop(name)
     result["trained"] = trained
@@ -246,6 +286,9 @@ def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, la
         result[f"{name}_over_acting"] = rate / result["acting_steps_per_s"]
         result[f"{name}_over_acting_with_critic"] = rate / result["acting_with_critic_steps_per_s"]
         result[f"{name}_over_acting_unused"] = rate / result["acting_unused_steps_per_s"]
+        base = name.removesuffix("_devices")
+        if name != base:
+            result[f"{name}_over_one_device"] = rate / rates[base]
         if f"{name}_update_gflop" in result:
             # lane-updates per second x FLOPs per lane-update
             result[f"{name}_gflop_per_s"] = result[f"{name}_update_gflop"] * rate / (num_envs * num_steps)
@@ -364,6 +407,11 @@ def format_result(env_id: str, res: dict) -> str:
             f"  (b0) acting, batch unused {res['acting_unused_steps_per_s']:,.0f}/s"
             f"  (b') acting+critic {res['acting_with_critic_steps_per_s']:,.0f}/s")
     for name in res["trained"]:
+        if name.endswith("_devices"):
+            line += (f"\n  (c) {name}: lanes in {res[f'{name}_lane_blocks']} blocks over the devices (the CLI's "
+                     f"parallel.lanes=auto) {res[f'{name}_steps_per_s']:,.0f}/s = "
+                     f"{res[f'{name}_over_one_device']:.2f} x one device; c/b {res[f'{name}_over_acting']:.3f}")
+            continue
         line += (f"\n  (c) {name} {res[f'{name}_steps_per_s']:,.0f}/s (compile {res[f'{name}_compile_s']:.1f} s,"
                  f" {res.get(f'{name}_gflop_per_s', float('nan')):.3g} GFLOP/s in dense layers):"
                  f" c/a {res[f'{name}_over_random']:.3f}  c/b {res[f'{name}_over_acting']:.3f}"

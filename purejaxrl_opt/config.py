@@ -417,7 +417,7 @@ class CheckpointConfig:
 
 @dataclass(frozen=True)
 class ParallelConfig:
-    lanes: str = "auto"  # auto: shard lanes over the devices when there is more than one | off
+    lanes: str = "auto"  # auto: lanes in as many equal blocks as there are devices (at most) | off
     data: int = 1  # devices per agent (data parallel); 1 = none
     # several processes (jax.distributed); null = from the environment (JAX_* or SLURM variables)
     coordinator: str | None = None

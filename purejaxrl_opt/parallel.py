@@ -11,9 +11,11 @@ Python loop over devices. The mesh has two axes:
   ``axis_name="data"``) averages gradients, normalisation statistics and metrics with
   ``lax.pmean``/``psum`` (see :func:`purejaxrl_opt.algos.ppo.make_algorithm`).
 
-``parallel.lanes=auto`` (default) uses every local device (``devices / data`` lane rows);
-``off`` keeps all lanes on one row. A layout that does not fit (lanes or envs not divisible,
-more devices requested than exist) is a :class:`ConfigError` before anything is compiled.
+``parallel.lanes=auto`` (default) splits the lanes into as many equal blocks as fit the local
+devices (``devices / data`` lane rows at most; :func:`lane_rows`); ``off`` keeps all lanes on one
+row. On a CPU-only host the CLI exposes one device per core (xla_flags.py), so lanes use every core.
+A layout that does not fit (envs not divisible, more devices requested than exist) is a
+:class:`ConfigError` before anything is compiled.
 """
 
 from __future__ import annotations
@@ -69,6 +71,13 @@ class Layout:
         return {"devices": int(self.mesh.size), "lane_shards": self.lane_rows, "data": self.data}
 
 
+def lane_rows(num_lanes: int, max_rows: int) -> int:
+    """How many equal lane blocks ``parallel.lanes=auto`` runs side by side: the largest divisor of
+    ``num_lanes`` that is at most ``max_rows`` (the devices available per data group), so every
+    block is the same lane-vmapped program (1 lane -> 1 device; 6 lanes on 4 devices -> 3)."""
+    return max(r for r in range(1, min(num_lanes, max_rows) + 1) if num_lanes % r == 0)
+
+
 def make_layout(settings: ParallelSettings, run, num_lanes: int, devices=None) -> Layout:
     """Check the layout against the run and build the mesh; every failure is a ConfigError."""
     if devices is None:  # every device of every process (jax.distributed), else the local ones
@@ -99,12 +108,7 @@ def make_layout(settings: ParallelSettings, run, num_lanes: int, devices=None) -
                 raise ConfigError(f"parallel.data = {data}: the per-device batch "
                                   f"num_envs/data*num_steps = {local_batch} is not divisible by "
                                   f"{run.algo.name}.{field} = {minibatches}")
-    rows = n // data if settings.lanes == "auto" else 1
-    if num_lanes % rows:
-        raise ConfigError(
-            f"parallel.lanes=auto shards the {num_lanes} lanes (num_seeds x sweep configs) over "
-            f"{rows} devices, which does not divide them; use a lane count in "
-            f"{_divisors_hint(rows)}, ... (e.g. num_seeds), or parallel.lanes=off")
+    rows = lane_rows(num_lanes, n // data) if settings.lanes == "auto" else 1
     used = devices[: rows * data]
     mesh = Mesh(np.asarray(used, dtype=object).reshape(rows, data), (LANES, DATA))
     return Layout(mesh, rows, data)

@@ -122,8 +122,13 @@ CHECKS = {
         result = runner.execute(run, tempfile.mkdtemp(), parallel=parallel.ParallelSettings("auto", 2))
         assert result.summary["parallel"] == {"devices": 4, "lane_shards": 2, "data": 2}
         assert np.isfinite(result.loop.metrics["value_loss"]).all()
+        # auto: the largest number of equal lane blocks that fits the devices (per data group)
+        for lanes, data, shards in [(1, 1, 1), (2, 1, 2), (3, 1, 3), (4, 1, 4), (6, 1, 3), (8, 1, 4),
+                                    (7, 1, 1), (3, 2, 1), (4, 2, 2), (6, 2, 2)]:
+            layout = parallel.make_layout(parallel.ParallelSettings("auto", data), run, lanes)
+            assert layout.describe() == {"devices": shards * data, "lane_shards": shards, "data": data}
+        assert parallel.make_layout(parallel.ParallelSettings("off"), run, 8).describe()["devices"] == 1
         for bad, settings, words in [
-                (small_run(ppo, num_seeds=3), parallel.ParallelSettings(), "num_seeds"),
                 (run, parallel.ParallelSettings("auto", 8), "only 4 device"),
                 (run, parallel.ParallelSettings("auto", 3), "does not divide the 4 devices"),
                 (small_run(PPOConfig(num_envs=6), num_seeds=2), parallel.ParallelSettings("off", 4),

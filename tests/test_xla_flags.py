@@ -1,0 +1,47 @@
+"""The CLI's default XLA flags (purejaxrl_opt/xla_flags.py): set only on CPU-only installs, never
+over a user's own flags."""
+
+from __future__ import annotations
+
+import pytest
+
+from purejaxrl_opt import xla_flags
+
+
+@pytest.fixture
+def cpu_host(monkeypatch):
+    """A CPU-only install with 4 usable cores and no XLA_FLAGS."""
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    monkeypatch.setattr(xla_flags.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(xla_flags, "usable_cores", lambda: 4)
+    return monkeypatch
+
+
+def test_cpu_host_gets_one_device_per_core_and_opt_level_1(cpu_host):
+    xla_flags.set_default_xla_flags()
+    flags = xla_flags.os.environ["XLA_FLAGS"].split()
+    assert flags == ["--xla_backend_optimization_level=1", "--xla_force_host_platform_device_count=4"]
+
+
+def test_user_flags_win(cpu_host):
+    cpu_host.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=3")
+    xla_flags.set_default_xla_flags()
+    assert xla_flags.os.environ["XLA_FLAGS"] == ("--xla_force_host_platform_device_count=1 "
+                                                 "--xla_backend_optimization_level=3")
+
+
+def test_one_core_gets_no_device_count(cpu_host):
+    cpu_host.setattr(xla_flags, "usable_cores", lambda: 1)
+    xla_flags.set_default_xla_flags()
+    assert xla_flags.os.environ["XLA_FLAGS"] == "--xla_backend_optimization_level=1"
+
+
+def test_accelerator_installs_are_left_alone(cpu_host):
+    cpu_host.setattr(xla_flags.importlib.util, "find_spec",
+                     lambda name: object() if name == "jax_cuda12_plugin" else None)
+    xla_flags.set_default_xla_flags()
+    assert "XLA_FLAGS" not in xla_flags.os.environ
+
+
+def test_usable_cores_is_positive():
+    assert xla_flags.usable_cores() >= 1
