@@ -302,10 +302,25 @@ class DigitTask(Task):
 
 
 class Arithmetic(DigitTask):
-    """``a<op>b=`` -> the decimal digits of the result then ``<eos>``."""
+    """``a<op>b=`` -> the decimal digits of the result then ``<eos>``; ``answer_order`` ``msd``
+    (default: most significant digit first, as written) or ``lsd`` (least significant first: each
+    answer digit then follows the digits its carry comes from, which small transformers learn as an
+    algorithm rather than a table; Lee et al. 2023, "Teaching arithmetic to small transformers")."""
 
     OP_TOKEN = PLUS
     OP_CHAR = "+"
+    ANSWER_ORDERS = ("msd", "lsd")
+
+    def __init__(self, min_digits: int | None = None, max_digits: int | None = None,
+                 test_fraction: float = 0.2, format_reward: float = 0.0, answer_order: str = "msd"):
+        if answer_order not in self.ANSWER_ORDERS:
+            raise bad_option("answer_order", answer_order, f"one of {list(self.ANSWER_ORDERS)}")
+        self.answer_order = answer_order
+        super().__init__(min_digits, max_digits, test_fraction, format_reward)
+
+    def describe(self) -> str:
+        return super().describe() + (", answer least significant digit first" if self.answer_order == "lsd"
+                                     else "")
 
     def _result_digits(self) -> int:
         raise NotImplementedError
@@ -337,6 +352,8 @@ class Arithmetic(DigitTask):
         db, nb = digit_tokens(b, self.max_digits)
         width = self._result_digits()
         ds, ns = digit_tokens(self._apply(a, b), width)
+        if self.answer_order == "lsd":
+            ds = ds[jnp.clip(ns - 1 - jnp.arange(width), 0, width - 1)]  # entries past ns are dropped
         prompt = jnp.full((self.max_prompt_len,), PAD, jnp.int32)
         prompt = place(prompt, da, na, 0).at[na].set(self.OP_TOKEN)
         prompt = place(prompt, db, nb, na + 1).at[na + nb + 1].set(EQUALS)
@@ -379,11 +396,12 @@ class Multiply(Arithmetic):
     OP_CHAR = "*"
 
     def __init__(self, min_digits: int | None = None, max_digits: int | None = None,
-                 test_fraction: float = 0.2, format_reward: float = 0.0, digit_reward: float = 0.0):
+                 test_fraction: float = 0.2, format_reward: float = 0.0, digit_reward: float = 0.0,
+                 answer_order: str = "msd"):
         if not _is_real(digit_reward):
             raise bad_option("digit_reward", digit_reward, "a finite number")
         self._digit_reward = float(digit_reward)
-        super().__init__(min_digits, max_digits, test_fraction, format_reward)
+        super().__init__(min_digits, max_digits, test_fraction, format_reward, answer_order)
 
     def _rewards(self, format_reward: float) -> tuple[Reward, ...]:
         return (Reward("correct", exact_answer, 1.0), Reward("digits", digit_match, self._digit_reward),

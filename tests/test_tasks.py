@@ -88,16 +88,28 @@ def test_multiply_env_weighted_rewards_and_terms():
         te.make("Multiply-v0", {"reward_weights": {"bogus": 1.0}})
 
 
-def test_multiply_prompts_match_answers_and_split():
-    env, params = te.make("Multiply-v0", {})
+@pytest.mark.parametrize("env_id, op, order", [("Multiply-v0", "*", "msd"), ("Multiply-v0", "*", "lsd"),
+                                               ("Addition-v0", "+", "lsd")])
+def test_arithmetic_prompts_match_answers_and_split(env_id, op, order):
+    env, params = te.make(env_id, {"answer_order": order} if order != "msd" else {})
     assert env.num_prompts == 90 * 90
     for split in (0, 1):
         keys = jax.random.split(jax.random.PRNGKey(split), 256)
         obs, state = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(keys, params.replace(split=split))
         assert (env.is_test_prompt(obs) == bool(split)).all()
         for i in range(0, 256, 17):
-            a, b = map(int, te.decode(obs[i], env.vocab)[:-1].split("*"))
-            assert te.decode(state.answer[i], env.vocab) == f"{a * b}$"
+            a, b = map(int, te.decode(obs[i], env.vocab)[:-1].split(op))
+            result = str(a * b if op == "*" else a + b)
+            assert te.decode(state.answer[i], env.vocab) == (result if order == "msd" else result[::-1]) + "$"
+
+
+def test_lsd_answers_keep_the_prompts_and_their_split():
+    """answer_order changes only the answer: the same prompts, so the same held-out split."""
+    keys = jax.random.split(jax.random.PRNGKey(3), 64)
+    (env, params), (lsd, lsd_params) = te.make("Multiply-v0", {}), te.make("Multiply-v0", {"answer_order": "lsd"})
+    obs, _ = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
+    obs_lsd, _ = jax.vmap(lsd.reset, in_axes=(0, None))(keys, lsd_params)
+    np.testing.assert_array_equal(np.asarray(obs), np.asarray(obs_lsd))
 
 
 # --------------------------------------------------------------------------- pass@k
@@ -146,6 +158,7 @@ def test_user_task_from_its_own_module():
     ("tests.task_fixtures:Missing", {}, ["env.id", "no attribute 'Missing'"]),
     ("no_such_module_xyz:Task", {}, ["env.id", "cannot import"]),
     ("Subtraction-v0", {}, ["env.id", "Multiply-v0", "module:TaskClass"]),
+    ("Multiply-v0", {"answer_order": "reversed"}, ["env.params.answer_order", "'msd', 'lsd'"]),
 ])
 def test_bad_task_definitions_fail_before_compiling(env_id, options, fragments):
     with pytest.raises(ConfigError) as err:
