@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from purejaxrl_opt.config import (ConfigError, EnvConfig, NetworkConfig, build_section, non_negative,
-                                  positive)
+                                  one_of, positive)
 # the checkpoint format lives with the models (RL runs load it with init_from)
 from purejaxrl_opt.pretrained import CHECKPOINT_KIND, NETWORK_KEYS, load_policy, save_checkpoint  # noqa: F401
 
@@ -34,6 +34,9 @@ class SFTConfig:
     steps: int = 600  # Adam steps
     batch_size: int = 64
     lr: float = 1e-3
+    # constant: lr throughout | cosine: linear warmup over warmup_steps, then cosine decay to 0
+    schedule: str = "constant"
+    warmup_steps: int = 0
     eval_prompts: int = 512  # held-out prompts for the greedy accuracy in summary.json
     examples: int = 20  # generated answers written to examples.txt
 
@@ -43,6 +46,19 @@ class SFTConfig:
         for name in ("min_digits", "max_digits", "examples"):
             non_negative(f"sft.{name}", getattr(self, name))
         positive("sft.lr", self.lr)
+        one_of("sft.schedule", self.schedule, ("constant", "cosine"))
+        non_negative("sft.warmup_steps", self.warmup_steps)
+        if self.warmup_steps >= self.steps:
+            raise ConfigError(f"config key 'sft.warmup_steps' = {self.warmup_steps} is invalid: must be "
+                              f"< sft.steps = {self.steps}")
+
+    def learning_rate(self):
+        """The optimiser's learning rate: a float, or an optax schedule of the step."""
+        import optax
+
+        if self.schedule == "constant":
+            return self.lr
+        return optax.warmup_cosine_decay_schedule(0.0, self.lr, self.warmup_steps, self.steps)
 
 
 # --------------------------------------------------------------------------- data
@@ -158,7 +174,7 @@ def make_sft_train(policy, prompts, actions, answer_len, cfg: SFTConfig, log_eve
     import jax.numpy as jnp
     import optax
 
-    optimizer = optax.adam(cfg.lr)
+    optimizer = optax.adam(cfg.learning_rate())
     num = prompts.shape[0]
     batch = min(cfg.batch_size, num)
     num_steps = actions.shape[1]

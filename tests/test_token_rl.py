@@ -86,6 +86,19 @@ def test_sft_loss_falls_and_training_accuracy_rises(sft_run):
     assert meta["vocab"] == list(envs.make("Addition-v0", {})[2].vocab)
 
 
+def test_sft_schedule_warms_up_then_decays_and_bad_values_are_refused():
+    cfg = sft.SFTConfig(steps=1000, lr=2e-3, schedule="cosine", warmup_steps=100)
+    cfg.validate()
+    lr = cfg.learning_rate()
+    np.testing.assert_allclose([float(lr(0)), float(lr(50)), float(lr(100)), float(lr(550)), float(lr(1000))],
+                               [0.0, 1e-3, 2e-3, 1e-3, 0.0], atol=1e-9)
+    assert sft.SFTConfig(lr=2e-3).learning_rate() == 2e-3  # constant (the default)
+    for bad, key in [(dict(schedule="linear"), "sft.schedule"), (dict(steps=100, warmup_steps=100), "sft.warmup_steps"),
+                     (dict(warmup_steps=-1), "sft.warmup_steps")]:
+        with pytest.raises(ConfigError, match=key):
+            sft.SFTConfig(**bad).validate()
+
+
 def test_init_from_loads_the_sft_policy_as_policy_and_reference(sft_run):
     out, _ = sft_run
     run = token_run(GRPOConfig(num_groups=2, group_size=2, num_minibatches=1), init_from=str(out),
