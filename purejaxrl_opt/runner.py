@@ -145,6 +145,9 @@ def train_lanes(compiled: Compiled, keys, hparams, num_updates: int, num_chunks:
     ``finished(loop) -> bool`` (algorithms with a budget of env steps): once a chunk's state is
     finished, later chunks would change nothing, so no more are dispatched; the last dispatched one
     counts as the last (progress, final checkpoint at its update count).
+
+    Returns the final loop and the training seconds: from the start through the last update's end,
+    without the work done after it (the last progress report, the final checkpoint).
     """
     start = time.perf_counter()
     place_inputs = getattr(compiled, "place_inputs", None)
@@ -179,9 +182,12 @@ def train_lanes(compiled: Compiled, keys, hparams, num_updates: int, num_chunks:
                     break  # the chunk just dispatched changes nothing: it ends the run
             pending = (loop, done)
     jax.block_until_ready(loop)
+    # training time: init and every update (with the progress reads and periodic checkpoints made
+    # between chunks); the last chunk's progress line and final checkpoint are written after it
+    seconds = time.perf_counter() - start
     if pending is not None:
         _after(loop, done, last=True) if done < num_updates else _after(*pending)
-    return loop, time.perf_counter() - start
+    return loop, seconds
 
 
 def execute(run: RunConfig, out_dir: str | os.PathLike, loggers=(), num_chunks: int = 1,
