@@ -26,8 +26,10 @@ def set_default_xla_flags() -> None:
       core. A lane-vmapped update of a small network is a chain of small ops that XLA:CPU runs one
       after another on one core (its intra-op threads only split large ops); one program per core
       uses them all. Measured on 2 cores, PPO CartPole 8 lanes x 4 envs: 217k -> 455k env steps/s,
-      the same numbers lane for lane; a one-lane run stays on one device, at the same speed (its
-      large ops still use every core). See experiments/bench_throughput.py.
+      the same numbers lane for lane there; a one-lane run stays on one device, at the same speed
+      (its large ops still use every core). See experiments/bench_throughput.py. A block of lanes is
+      another program than all lanes in one, so floats can differ (TRPO CartPole, 16 seeds: 8 ended
+      elsewhere); set the device count to 1 to reproduce one-device numbers.
 
     Set before JAX initialises its backend (the CLI entry points call this first thing); a user's own
     flags win. Python users of ``make_train`` get plain JAX.
