@@ -90,17 +90,12 @@ def _batch_checksum(batch) -> jnp.ndarray:
     return sum(jnp.sum(x.astype(jnp.float32)) for x in jax.tree_util.tree_leaves(batch))
 
 
-def data_parallel_fn(run: RunConfig, env_tuple, keys, data: int):
-    """A blocking callable that trains one agent data parallel over ``data`` local devices (the
-    runner's shard_map path: envs split over the devices, gradients pmean-ed every minibatch) and
-    returns the env steps it ran."""
-    from purejaxrl_opt import parallel
+def _sharded_train(run: RunConfig, env_tuple, keys, layout, data_algo=None):
+    """The runner's compiled functions for ``layout`` (shard_map over its mesh), initialised; returns
+    (a blocking callable that trains every update and returns the env steps it ran, compile seconds)."""
     from purejaxrl_opt.runner import Compiled
 
     algo = algos.make_algorithm(run, env_tuple)
-    data_algo = algos.make_algorithm(run, env_tuple, axis_name=parallel.DATA)
-    layout = parallel.make_layout(parallel.ParallelSettings(lanes="off", data=data), run, keys.shape[0],
-                                  devices=jax.local_devices()[:data])
     hparams = lane_inputs(dataclasses.replace(run, num_seeds=keys.shape[0]))[1]
     compiled = Compiled(algo, keys, hparams, layout, data_algo)
     keys, hparams = compiled.place_inputs(keys, hparams)
@@ -110,7 +105,19 @@ def data_parallel_fn(run: RunConfig, env_tuple, keys, data: int):
         loop = compiled.updates(start_loop, jnp.int32(0), jnp.int32(algo.num_updates))
         return float(jax.device_get(loop.env_steps).sum())
 
-    return _train
+    return _train, compiled.seconds
+
+
+def data_parallel_fn(run: RunConfig, env_tuple, keys, data: int):
+    """A blocking callable that trains one agent data parallel over ``data`` local devices (the
+    runner's shard_map path: envs split over the devices, gradients pmean-ed every minibatch) and
+    returns the env steps it ran; and its compile seconds."""
+    from purejaxrl_opt import parallel
+
+    layout = parallel.make_layout(parallel.ParallelSettings(lanes="off", data=data), run, keys.shape[0],
+                                  devices=jax.local_devices()[:data])
+    data_algo = algos.make_algorithm(run, env_tuple, axis_name=parallel.DATA)
+    return _sharded_train(run, env_tuple, keys, layout, data_algo)
 
 
 def lanes_fn(run: RunConfig, env_tuple, keys):
@@ -118,22 +125,11 @@ def lanes_fn(run: RunConfig, env_tuple, keys):
     equal lane blocks over the local devices, one per core on a CPU host), or None when that layout
     is one device. Returns (callable, compile seconds, lane blocks)."""
     from purejaxrl_opt import parallel
-    from purejaxrl_opt.runner import Compiled
 
     layout = parallel.make_layout(parallel.ParallelSettings(), run, keys.shape[0])
     if not layout.active:
         return None, 0.0, 1
-    algo = algos.make_algorithm(run, env_tuple)
-    hparams = lane_inputs(dataclasses.replace(run, num_seeds=keys.shape[0]))[1]
-    compiled = Compiled(algo, keys, hparams, layout)
-    keys, hparams = compiled.place_inputs(keys, hparams)
-    start_loop = compiled.init(keys, hparams)
-
-    def _train():
-        loop = compiled.updates(start_loop, jnp.int32(0), jnp.int32(algo.num_updates))
-        return float(jax.device_get(loop.env_steps).sum())
-
-    return _train, compiled.seconds, layout.lane_rows
+    return (*_sharded_train(run, env_tuple, keys, layout), layout.lane_rows)
 
 
 def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, lanes: int,
@@ -263,7 +259,8 @@ def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, la
             result[f"{name}_devices_compile_s"] = seconds
             result[f"{name}_devices_lane_blocks"] = blocks
         if data > 1 and name in algos.DATA_PARALLEL and num_envs % data == 0:
-            fns[f"{name}_data{data}"] = data_parallel_fn(run, (env, env_params, spec), keys, data)
+            fns[f"{name}_data{data}"], result[f"{name}_data{data}_compile_s"] = data_parallel_fn(
+                run, (env, env_params, spec), keys, data)
             trained.append(f"{name}_data{data}")
 
     if cli:

@@ -40,7 +40,8 @@ def set_default_xla_flags() -> None:
     extra = []
     if "xla_backend_optimization_level" not in flags:
         extra.append("--xla_backend_optimization_level=1")
-    if "xla_force_host_platform_device_count" not in flags and usable_cores() > 1:
-        extra.append(f"--xla_force_host_platform_device_count={usable_cores()}")
+    cores = usable_cores()
+    if "xla_force_host_platform_device_count" not in flags and cores > 1:
+        extra.append(f"--xla_force_host_platform_device_count={cores}")
     if extra:
         os.environ["XLA_FLAGS"] = " ".join([flags] + extra).strip()
