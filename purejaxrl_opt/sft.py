@@ -48,6 +48,9 @@ class SFTConfig:
         positive("sft.lr", self.lr)
         one_of("sft.schedule", self.schedule, ("constant", "cosine"))
         non_negative("sft.warmup_steps", self.warmup_steps)
+        if self.schedule == "constant" and self.warmup_steps:
+            raise ConfigError(f"config key 'sft.warmup_steps' = {self.warmup_steps} is invalid: must be 0 "
+                              "with sft.schedule = 'constant' (warm-up is part of 'cosine')")
         if self.warmup_steps >= self.steps:
             raise ConfigError(f"config key 'sft.warmup_steps' = {self.warmup_steps} is invalid: must be "
                               f"< sft.steps = {self.steps}")

@@ -93,8 +93,9 @@ def test_sft_schedule_warms_up_then_decays_and_bad_values_are_refused():
     np.testing.assert_allclose([float(lr(0)), float(lr(50)), float(lr(100)), float(lr(550)), float(lr(1000))],
                                [0.0, 1e-3, 2e-3, 1e-3, 0.0], atol=1e-9)
     assert sft.SFTConfig(lr=2e-3).learning_rate() == 2e-3  # constant (the default)
-    for bad, key in [(dict(schedule="linear"), "sft.schedule"), (dict(steps=100, warmup_steps=100), "sft.warmup_steps"),
-                     (dict(warmup_steps=-1), "sft.warmup_steps")]:
+    for bad, key in [(dict(schedule="linear"), "sft.schedule"),
+                     (dict(schedule="cosine", steps=100, warmup_steps=100), "sft.warmup_steps"),
+                     (dict(warmup_steps=-1), "sft.warmup_steps"), (dict(warmup_steps=10), "sft.warmup_steps")]:
         with pytest.raises(ConfigError, match=key):
             sft.SFTConfig(**bad).validate()
 
