@@ -121,6 +121,8 @@ def main() -> None:
     parser.add_argument("--extra", nargs="*", default=[], help="more overrides for every RL run")
     parser.add_argument("--force", action="store_true", help="rerun finished runs")
     parser.add_argument("--target", type=float, default=0.9)
+    parser.add_argument("--stem", default="", help="results file name (default: compare_tokens for "
+                        "Addition-v0, else compare_<env>)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -163,7 +165,7 @@ def main() -> None:
              "methods": results, "target": args.target,
              "command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:])}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = "compare_tokens" if args.env == "Addition-v0" else f"compare_{args.env.lower()}"
+    stem = args.stem or ("compare_tokens" if args.env == "Addition-v0" else f"compare_{args.env.lower()}")
     (RESULTS / f"{stem}.json").write_text(json.dumps(table, indent=2))
 
     def mb(x):
@@ -172,14 +174,14 @@ def main() -> None:
     lines = [f"SFT start: held-out greedy accuracy {sft_summary['eval_accuracy']:.3f} "
              f"({sft_summary['examples']} examples; training-prompt accuracy "
              f"{sft_summary['train_accuracy']:.3f})", "",
-             f"| method | greedy acc (mean; per seed) | sampled acc | s to {args.target} | "
+             f"| method | greedy acc (mean; per seed) | gain over SFT | sampled acc | s to {args.target} | "
              "KL to ref (k3, last 10%) | params | update MiB (XLA) | max RSS MiB | env steps/s | run s | pass@8 |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         to_target = r[f"seconds_to_{args.target}"]
         lines.append(
             f"| {name} | {r['eval_accuracy']:.3f} ({', '.join(f'{a:.3f}' for a in r['eval_accuracy_per_seed'])}) "
-            f"| {r['eval_accuracy_sampled']:.3f} | {'not reached' if to_target is None else f'{to_target:.0f}'} "
+            f"| {r['eval_accuracy'] - sft_summary['eval_accuracy']:+.3f} | {r['eval_accuracy_sampled']:.3f} | {'not reached' if to_target is None else f'{to_target:.0f}'} "
             f"| {r['kl_ref_final']:.3f} | {r['num_params']:,} | {mb(r['update_total_bytes'])} "
             f"| {mb(r['process_max_rss_bytes'])} | {r['env_steps_per_second']:,.0f} | {r['run_seconds']:.0f} "
             f"| {'n/a' if r['eval_pass@8'] is None else format(r['eval_pass@8'], '.3f')} |")

@@ -20,7 +20,7 @@ A :class:`Task` is
 ``env.id=<registered name>`` (:data:`TASKS`) or ``env.id=<module>:<attribute>`` for a task class
 defined outside the package (its constructor takes the ``env.params`` options that are not the env's
 own, see :func:`purejaxrl_opt.token_envs.make`). Built-ins: ``Addition-v0``, ``Reverse-v0`` and
-``Multiply-v0`` (multi-digit multiplication).
+``Multiply-v0`` (multi-digit multiplication, optionally with its work written before the answer).
 """
 
 from __future__ import annotations
@@ -247,6 +247,35 @@ def digit_match(sample: Sample, generated, length):
     return jnp.where(too_long, 0.0, hits / jnp.maximum(sample.answer_len, 1)).astype(jnp.float32)
 
 
+def final_answer(sample: Sample, generated, length):
+    """1 if what follows the last ``=`` of the answer (all of it if there is none) is exactly the final
+    answer ``sample.data[0]`` (digits then ``<eos>``, ``sample.data[1]`` tokens), else 0: the work
+    before it is not checked."""
+    final, final_len = sample.data
+    ar = jnp.arange(generated.shape[0])
+    start = 1 + jnp.max(jnp.where((generated == EQUALS) & (ar < length), ar, -1))
+    k = jnp.arange(final.shape[0])
+    got = generated[jnp.clip(start + k, 0, generated.shape[0] - 1)]
+    match = jnp.all(jnp.where(k < final_len, got == final, True))
+    return (match & (length == start + final_len)).astype(jnp.float32)
+
+
+def well_formed_work(sample: Sample, generated, length):
+    """1 for digit groups separated by ``+``, one ``=``, then at least one digit and ``<eos>`` (the
+    scratchpad's shape, right or wrong), else 0."""
+    ar = jnp.arange(generated.shape[0])
+    inside = ar < length - 1
+    is_digit = (generated >= DIGIT0) & (generated < DIGIT0 + 10)
+    is_sep = (generated == PLUS) | (generated == EQUALS)
+    eq_at = jnp.max(jnp.where((generated == EQUALS) & inside, ar, -1))
+    prev_digit = jnp.concatenate([jnp.zeros((1,), bool), is_digit[:-1]])
+    last = generated[jnp.clip(length - 1, 0, generated.shape[0] - 1)]
+    ok = (jnp.all(jnp.where(inside, is_digit | (is_sep & prev_digit), True))
+          & (jnp.sum((generated == EQUALS) & inside) == 1) & (eq_at < length - 2) & (last == EOS)
+          & jnp.all(jnp.where(inside & (ar > eq_at), ~(generated == PLUS), True)))
+    return ok.astype(jnp.float32)
+
+
 # --------------------------------------------------------------------------- built-in tasks
 class DigitTask(Task):
     """Shared options of the digit tasks: operand/string digit counts in ``[min_digits, max_digits]``,
@@ -345,9 +374,12 @@ class Arithmetic(DigitTask):
         nums = self._numbers()
         return (f"{a}{self.OP_CHAR}{b}=" for a in nums for b in nums)
 
-    def sample(self, key) -> Sample:
+    def _operands(self, key):
         ka, kb = jax.random.split(key)
-        a, b = self._operand(ka), self._operand(kb)
+        return self._operand(ka), self._operand(kb)
+
+    def sample(self, key) -> Sample:
+        a, b = self._operands(key)
         da, na = digit_tokens(a, self.max_digits)
         db, nb = digit_tokens(b, self.max_digits)
         width = self._result_digits()
@@ -383,7 +415,16 @@ class Multiply(Arithmetic):
     """``a*b=`` -> digits of ``a * b`` then ``<eos>`` (default: 2-digit operands, so 10..99 each).
     A carry-heavy task: every answer digit depends on all operand digits. Rewards: ``correct``
     (exact answer, weight 1), ``digits`` (fraction of the reference's positions right, weight
-    ``digit_reward``, default 0) and ``format`` (weight ``format_reward``, default 0)."""
+    ``digit_reward``, default 0) and ``format`` (weight ``format_reward``, default 0).
+
+    ``scratchpad=True``: the answer is the work, then the product. The work is the partial products
+    ``a * b_j * 10**j`` for each digit ``b_j`` of ``b`` (weight ``10**j``), each at a fixed width of
+    ``max_digits + 1 + j`` digits with leading zeros, joined by ``+``; then ``=``, the product and
+    ``<eos>``, every number in ``answer_order``. E.g. ``78*32=`` with ``lsd``:
+    ``651+0432=6942<eos>`` (156 + 2340 = 2496). Only what follows the last ``=`` is checked
+    (:func:`final_answer`: ``correct``, accuracy and pass@k), as a verifier of a chain of thought
+    would; ``format`` is :func:`well_formed_work` and ``digits`` credits the work's positions too.
+    The prompts, and so the held-out split, are the plain task's."""
 
     ENV_ID = "Multiply-v0"
     SALT = 0x4D756C31
@@ -397,15 +438,64 @@ class Multiply(Arithmetic):
 
     def __init__(self, min_digits: int | None = None, max_digits: int | None = None,
                  test_fraction: float = 0.2, format_reward: float = 0.0, digit_reward: float = 0.0,
-                 answer_order: str = "msd"):
+                 answer_order: str = "msd", scratchpad: bool = False):
         if not _is_real(digit_reward):
             raise bad_option("digit_reward", digit_reward, "a finite number")
+        if not isinstance(scratchpad, (bool, np.bool_)):
+            raise bad_option("scratchpad", scratchpad, "true or false")
         self._digit_reward = float(digit_reward)
+        self.scratchpad = bool(scratchpad)
         super().__init__(min_digits, max_digits, test_fraction, format_reward, answer_order)
 
+    def describe(self) -> str:
+        return super().describe() + (", partial products first" if self.scratchpad else "")
+
+    def _partial_widths(self) -> list[int]:
+        """Digits of partial product j, ``a * b_j * 10**j`` (b_j: b's digit of weight 10**j), written
+        at a fixed width with leading zeros."""
+        return [self.max_digits + 1 + j for j in range(self.max_digits)]
+
+    def _longest_answer(self) -> int:
+        if not self.scratchpad:
+            return super()._longest_answer()
+        # partial products, each followed by '+' (the last by '='), then the product and <eos>
+        return sum(w + 1 for w in self._partial_widths()) + self._result_digits() + 1
+
     def _rewards(self, format_reward: float) -> tuple[Reward, ...]:
+        if self.scratchpad:  # correctness is the final answer's; `digits` also credits the work
+            return (Reward("correct", final_answer, 1.0), Reward("digits", digit_match, self._digit_reward),
+                    Reward("format", well_formed_work, format_reward))
         return (Reward("correct", exact_answer, 1.0), Reward("digits", digit_match, self._digit_reward),
                 Reward("format", well_formed_digits, format_reward))
+
+    def correct(self, sample: Sample, generated, length):
+        if self.scratchpad:
+            return final_answer(sample, generated, length) > 0
+        return super().correct(sample, generated, length)
+
+    def sample(self, key) -> Sample:
+        plain = super().sample(key)
+        if not self.scratchpad:
+            return plain
+        # the work: a * b_j * 10**j for each digit b_j of b (as many as b has), '+' between, '=' after
+        a, b = self._operands(key)
+        nb = 1 + jnp.sum(b >= jnp.asarray([10**j for j in range(1, self.max_digits)], jnp.int32))
+        buf = jnp.full((self.answer_limit,), PAD, jnp.int32)
+        offset = jnp.zeros((), jnp.int32)
+        for j, width in enumerate(self._partial_widths()):
+            part = a * ((b // 10**j) % 10) * 10**j
+            digits = (part // jnp.asarray([10**k for k in range(width)], jnp.int32)) % 10 + DIGIT0  # lsd
+            if self.answer_order == "msd":
+                digits = digits[::-1]
+            used = j < nb
+            buf = place(buf, digits, jnp.where(used, width, 0), offset)
+            buf = buf.at[jnp.where(used, offset + width, self.answer_limit)].set(
+                jnp.where(j == nb - 1, EQUALS, PLUS), mode="drop")
+            offset = offset + jnp.where(used, width + 1, 0)
+        answer = place(buf, plain.answer, plain.answer_len, offset)
+        final = plain.answer[:self._result_digits() + 1]
+        return Sample(plain.prompt, plain.prompt_len, answer, offset + plain.answer_len,
+                      (final, plain.answer_len))
 
     def _result_digits(self) -> int:
         return 2 * self.max_digits

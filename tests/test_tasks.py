@@ -112,6 +112,66 @@ def test_lsd_answers_keep_the_prompts_and_their_split():
     np.testing.assert_array_equal(np.asarray(obs), np.asarray(obs_lsd))
 
 
+def _work(a: int, b: int, order: str, digits: int = 2) -> str:
+    """The scratchpad answer to a*b written by hand: a * b_j * 10**j for each digit of b, zero-padded
+    to digits + 1 + j, '+' between, '=' then the product, each number in ``order``."""
+    flip = (lambda x: x[::-1]) if order == "lsd" else (lambda x: x)
+    parts = [f"{a * int(d) * 10**j:0{digits + 1 + j}d}" for j, d in enumerate(reversed(str(b)))]
+    return "+".join(flip(p) for p in parts) + "=" + flip(str(a * b)) + "$"
+
+
+@pytest.mark.parametrize("order", ["lsd", "msd"])
+def test_multiply_scratchpad_answers_match_the_hand_written_work(order):
+    """scratchpad=true: the reference is the partial products, then the product; the prompts (and so
+    the split) are those of the plain task; the reference scores 1 on every reward; only the product
+    after the last '=' decides correctness."""
+    env, params = te.make("Multiply-v0", {"answer_order": order, "scratchpad": True, "min_digits": 1,
+                                          "format_reward": 1.0})
+    plain, plain_params = te.make("Multiply-v0", {"answer_order": order, "min_digits": 1})
+    assert env.answer_limit == 3 + 1 + 4 + 1 + 4 + 1  # two partial products, the product, <eos>
+    keys = jax.random.split(jax.random.PRNGKey(7), 128)
+    obs, state = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(keys, params)
+    plain_obs, _ = jax.jit(jax.vmap(plain.reset, in_axes=(0, None)))(keys, plain_params)
+    prompt_len = env.max_prompt_len  # the token buffers differ in length (answer limits 14 and 5)
+    np.testing.assert_array_equal(np.asarray(obs)[:, :prompt_len], np.asarray(plain_obs)[:, :prompt_len])
+    seen_one_digit_b = False
+    for i in range(128):
+        a, b = map(int, te.decode(obs[i], env.vocab)[:-1].split("*"))
+        seen_one_digit_b |= b < 10
+        work = _work(a, b, order)
+        assert te.decode(state.answer[i], env.vocab) == work and int(state.answer_len[i]) == len(work)
+    assert seen_one_digit_b  # b < 10: one partial product, then '='
+    one = jax.tree_util.tree_map(lambda x: x[3], state)
+    a, b = map(int, te.decode(obs[3], env.vocab)[:-1].split("*"))
+    product = str(a * b) if order == "msd" else str(a * b)[::-1]
+    assert _play(env, params, one, _work(a, b, order)) == (2.0, True, True, [1.0, 1.0, 1.0])
+    wrong_work = "0" * (len(_work(a, b, order)) - len(product) - 2) + "=" + product + "$"
+    reward, done, correct, terms = _play(env, params, one, wrong_work)
+    assert (done, correct) == (True, True) and terms[0] == 1.0 and terms[1] < 1.0
+
+
+@pytest.mark.parametrize("text, final, well_formed", [
+    ("21+042=252$", 1.0, 1.0),
+    ("99+999=252$", 1.0, 1.0),    # wrong work, right product: correct (only the product is checked)
+    ("252$", 1.0, 0.0),           # no work, no '=': all of it is the answer
+    ("=252$", 1.0, 0.0),          # '=' with no work before it
+    ("1=2=252$", 1.0, 0.0),       # two '='
+    ("21+042=2520$", 0.0, 1.0),   # a digit too many
+    ("21+042=25$", 0.0, 1.0),     # a digit too few
+    ("21+042=252", 0.0, 0.0),     # no <eos> (ran to the limit)
+    ("21+042=$", 0.0, 0.0),       # no product
+    ("21+042+252$", 0.0, 0.0),    # no '='
+    ("21++042=252$", 1.0, 0.0),   # '+' not after a digit
+])
+def test_scratchpad_rewards_on_hand_made_answers(text, final, well_formed):
+    limit = 12
+    sample = tasks.Sample(jnp.zeros(3, jnp.int32), jnp.int32(0), jnp.zeros(limit, jnp.int32), jnp.int32(0),
+                          (jnp.asarray(te.encode("252$") + [0]), jnp.int32(4)))
+    generated, length = _generated(text, limit)
+    assert float(tasks.final_answer(sample, generated, length)) == final
+    assert float(tasks.well_formed_work(sample, generated, length)) == well_formed
+
+
 # --------------------------------------------------------------------------- pass@k
 def test_pass_at_k_matches_the_formula_and_enumeration():
     for n in range(1, 11):
@@ -159,6 +219,7 @@ def test_user_task_from_its_own_module():
     ("no_such_module_xyz:Task", {}, ["env.id", "cannot import"]),
     ("Subtraction-v0", {}, ["env.id", "Multiply-v0", "module:TaskClass"]),
     ("Multiply-v0", {"answer_order": "reversed"}, ["env.params.answer_order", "'msd', 'lsd'"]),
+    ("Multiply-v0", {"scratchpad": "yes"}, ["env.params.scratchpad", "true or false"]),
 ])
 def test_bad_task_definitions_fail_before_compiling(env_id, options, fragments):
     with pytest.raises(ConfigError) as err:
