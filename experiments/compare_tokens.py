@@ -15,9 +15,9 @@ Steps (each a CLI run into ``--out``; a run whose ``summary.json`` exists is reu
 3. Table (Markdown + JSON) and a PNG of held-out greedy accuracy against env steps and against
    wall-clock seconds: final greedy/sampled accuracy (mean and per seed), seconds until the seed-mean
    accuracy first reached 0.9, the final KL to the reference (k3, mean of the last 10% of updates),
-   parameter count, memory (XLA's accounting of the compiled update: arguments + outputs +
-   temporaries; and the process's max RSS),
-   env steps/s. Figures from runs on a shared machine: compare them within one invocation.
+   parameter count, memory (XLA's accounting of the compiled chunk of updates, periodic evaluation
+   included: arguments + outputs + temporaries; and the process's max RSS), env steps/s.
+   Figures from runs on a shared machine: compare them within one invocation.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def ensure_method(args, name: str, sft_dir: Path) -> Path:
         algo, extra = METHODS[name]
         cmd = [sys.executable, "-m", "purejaxrl_opt.train", algo, f"env={args.env}", f"seed={args.seed}",
                f"num_seeds={args.seeds}", f"init_from={sft_dir}", "checkpoint.final=false", "logger=none",
-               f"hydra.run.dir={out}", *extra, *args.extra]
+               f"hydra.run.dir={out}", *extra, *args.extra, *(args.ppo_extra if algo == "algo=ppo" else [])]
         if args.total_timesteps:
             cmd.append(f"total_timesteps={args.total_timesteps}")
         run(cmd, args.out / f"{name}.log")
@@ -119,6 +119,8 @@ def main() -> None:
     parser.add_argument("--sft-steps", type=int, default=1000)
     parser.add_argument("--total-timesteps", type=int, default=0, help="0 = the tuned configs' budget")
     parser.add_argument("--extra", nargs="*", default=[], help="more overrides for every RL run")
+    parser.add_argument("--ppo-extra", nargs="*", default=[], help="more overrides for the PPO run "
+                        "(e.g. algo.num_steps=<answer limit> for a task with longer answers)")
     parser.add_argument("--force", action="store_true", help="rerun finished runs")
     parser.add_argument("--target", type=float, default=0.9)
     parser.add_argument("--stem", default="", help="results file name (default: compare_tokens for "
@@ -175,7 +177,7 @@ def main() -> None:
              f"({sft_summary['examples']} examples; training-prompt accuracy "
              f"{sft_summary['train_accuracy']:.3f})", "",
              f"| method | greedy acc (mean; per seed) | gain over SFT | sampled acc | s to {args.target} | "
-             "KL to ref (k3, last 10%) | params | update MiB (XLA) | max RSS MiB | env steps/s | run s | pass@8 |",
+             "KL to ref (k3, last 10%) | params | chunk MiB (XLA) | max RSS MiB | env steps/s | run s | pass@8 |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         to_target = r[f"seconds_to_{args.target}"]
@@ -185,6 +187,9 @@ def main() -> None:
             f"| {r['kl_ref_final']:.3f} | {r['num_params']:,} | {mb(r['update_total_bytes'])} "
             f"| {mb(r['process_max_rss_bytes'])} | {r['env_steps_per_second']:,.0f} | {r['run_seconds']:.0f} "
             f"| {'n/a' if r['eval_pass@8'] is None else format(r['eval_pass@8'], '.3f')} |")
+    lines += ["", "chunk MiB: XLA's accounting (arguments + outputs + temporaries) of the compiled chunk of "
+              "updates, all seeds, with the periodic held-out evaluation inside it (with `eval_every`, its "
+              "generation dominates); the update alone at two model sizes: `experiments/memory_tokens.py`."]
     text = "\n".join(lines) + "\n"
     (RESULTS / f"{stem}.md").write_text(text)
     print(text)
