@@ -24,7 +24,8 @@ from purejaxrl_opt.config import RunConfig
 
 
 def memory_report(compiled) -> dict:
-    """Memory of the compiled update function by XLA's own accounting (all lanes; ``update_total_bytes``
+    """Memory of the compiled chunk of updates (all lanes, the periodic evaluation inside it; the
+    ``update_*`` names are kept) by XLA's own accounting (``update_total_bytes``
     = arguments + outputs + temporaries - aliased, an upper bound of what it holds live at once) and
     the process's peak resident set size so far, in bytes."""
     import resource
