@@ -65,7 +65,8 @@ def ensure_method(args, name: str, sft_dir: Path) -> Path:
         algo, extra = METHODS[name]
         cmd = [sys.executable, "-m", "purejaxrl_opt.train", algo, f"env={args.env}", f"seed={args.seed}",
                f"num_seeds={args.seeds}", f"init_from={sft_dir}", "checkpoint.final=false", "logger=none",
-               f"hydra.run.dir={out}", *extra, *args.extra, *(args.ppo_extra if algo == "algo=ppo" else [])]
+               f"hydra.run.dir={out}", *extra, *args.extra,
+               *(args.ppo_extra if algo == "algo=ppo" else [])]
         if args.total_timesteps:
             cmd.append(f"total_timesteps={args.total_timesteps}")
         run(cmd, args.out / f"{name}.log")
@@ -183,7 +184,8 @@ def main() -> None:
         to_target = r[f"seconds_to_{args.target}"]
         lines.append(
             f"| {name} | {r['eval_accuracy']:.3f} ({', '.join(f'{a:.3f}' for a in r['eval_accuracy_per_seed'])}) "
-            f"| {r['eval_accuracy'] - sft_summary['eval_accuracy']:+.3f} | {r['eval_accuracy_sampled']:.3f} | {'not reached' if to_target is None else f'{to_target:.0f}'} "
+            f"| {r['eval_accuracy'] - sft_summary['eval_accuracy']:+.3f} | {r['eval_accuracy_sampled']:.3f} "
+            f"| {'not reached' if to_target is None else f'{to_target:.0f}'} "
             f"| {r['kl_ref_final']:.3f} | {r['num_params']:,} | {mb(r['update_total_bytes'])} "
             f"| {mb(r['process_max_rss_bytes'])} | {r['env_steps_per_second']:,.0f} | {r['run_seconds']:.0f} "
             f"| {'n/a' if r['eval_pass@8'] is None else format(r['eval_pass@8'], '.3f')} |")

@@ -374,12 +374,12 @@ class Arithmetic(DigitTask):
         nums = self._numbers()
         return (f"{a}{self.OP_CHAR}{b}=" for a in nums for b in nums)
 
-    def _operands(self, key):
-        ka, kb = jax.random.split(key)
-        return self._operand(ka), self._operand(kb)
-
     def sample(self, key) -> Sample:
-        a, b = self._operands(key)
+        ka, kb = jax.random.split(key)
+        return self._sample_of(self._operand(ka), self._operand(kb))
+
+    def _sample_of(self, a, b) -> Sample:
+        """The prompt ``a<op>b=`` and its answer."""
         da, na = digit_tokens(a, self.max_digits)
         db, nb = digit_tokens(b, self.max_digits)
         width = self._result_digits()
@@ -473,12 +473,11 @@ class Multiply(Arithmetic):
             return final_answer(sample, generated, length) > 0
         return super().correct(sample, generated, length)
 
-    def sample(self, key) -> Sample:
-        plain = super().sample(key)
+    def _sample_of(self, a, b) -> Sample:
+        plain = super()._sample_of(a, b)
         if not self.scratchpad:
             return plain
         # the work: a * b_j * 10**j for each digit b_j of b (as many as b has), '+' between, '=' after
-        a, b = self._operands(key)
         nb = 1 + jnp.sum(b >= jnp.asarray([10**j for j in range(1, self.max_digits)], jnp.int32))
         buf = jnp.full((self.answer_limit,), PAD, jnp.int32)
         offset = jnp.zeros((), jnp.int32)
