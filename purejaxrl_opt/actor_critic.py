@@ -208,7 +208,7 @@ class ActorCriticStage:
     def episode_metrics(self, stats: rollout.EpisodeStats) -> dict:
         """Finished-episode metrics of the rollout and the env steps the update consumed."""
         return dict(return_mean=stats.return_mean(), episode_length=stats.length_mean(),
-                    episodes=stats.count, env_steps=jnp.asarray(self.global_batch_size, jnp.float32))
+                    episodes=stats.count, env_steps=jnp.asarray(self.global_batch_size, jnp.uint32))
 
 
 def make_stage(run: RunConfig, env, env_params, spec: EnvSpec, axis_name: str | None = None) -> ActorCriticStage:

@@ -27,7 +27,7 @@ from purejaxrl_opt import algos, checkpoint, sweep
 from purejaxrl_opt.artifacts import (make_summary, memory_report, plot_learning_curve, write_json_atomic,
                                      write_metrics_csv)
 from purejaxrl_opt import evaluation
-from purejaxrl_opt.algos.base import Algorithm, Loop, init_loop, run_updates
+from purejaxrl_opt.algos.base import Algorithm, Loop, host_metrics, init_loop, run_updates
 from purejaxrl_opt.config import CheckpointConfig, RunConfig
 from purejaxrl_opt.networks import count_params
 
@@ -163,7 +163,7 @@ def train_lanes(compiled: Compiled, keys, hparams, num_updates: int, num_chunks:
 
     def _after(chunk_loop: Loop, updates_done: int, last: bool = False) -> None:
         if on_chunk is not None:
-            metrics = _to_host(chunk_loop.metrics)  # waits for this chunk only
+            metrics = host_metrics(_to_host(chunk_loop.metrics))  # waits for this chunk only
             on_chunk(metrics, num_updates if last else updates_done, time.perf_counter() - start)
         if on_checkpoint is not None and (updates_done == num_updates or last or (
                 checkpoint_every > 0 and updates_done % checkpoint_every == 0)):
@@ -262,7 +262,7 @@ def execute(run: RunConfig, out_dir: str | os.PathLike, loggers=(), num_chunks: 
         if saver is not None:
             saver.close()
     eval_returns = np.asarray(_to_host(compiled.evaluate(loop)))
-    metrics = jax.tree_util.tree_map(np.asarray, _to_host(loop.metrics))
+    metrics = host_metrics(_to_host(loop.metrics))
     num_params = count_params(jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
                                                      algo.param_fn(loop.algo_state)))
     summary = make_summary(run, algo, metrics, eval_returns, compiled.seconds, run_seconds, num_params,

@@ -15,6 +15,7 @@ from purejaxrl_opt.config import (ConfigError, EnvConfig, GRPOConfig, PPOConfig,
                                   hyperparameters)
 from purejaxrl_opt.distributions import Categorical
 from purejaxrl_opt.networks import Actor, count_params
+from purejaxrl_opt.algos.base import host_metrics
 from jax.flatten_util import ravel_pytree
 
 # outcome rewards of 4 groups x 4 episodes; group 2 has zero spread
@@ -328,7 +329,7 @@ def test_budget_counts_real_steps_and_ends_within_one_update():
     algo = algos.make_algorithm(run)
     assert algo.num_updates == 250  # ceil(1000 / 4): episodes of one step would need that many
     out = jax.jit(jax.vmap(algos.make_train(run)))(jax.random.split(jax.random.PRNGKey(0), 2))
-    steps = np.asarray(out.metrics["env_steps"])  # cumulative
+    steps = host_metrics(out.metrics)["env_steps"]  # cumulative (NaN: not run)
     ran = np.isfinite(steps)
     np.testing.assert_array_equal(ran.sum(1), [28, 28])
     assert np.all(ran[:, :28]) and not np.any(ran[:, 28:])
@@ -359,7 +360,7 @@ def test_budget_lanes_of_different_lengths_and_chunks_compose_bitwise():
     for a, b in zip(jax.tree_util.tree_leaves(whole), jax.tree_util.tree_leaves(chunked)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
-    steps = np.asarray(whole.metrics["env_steps"])
+    steps = host_metrics(whole.metrics)["env_steps"]
     lengths = np.asarray(whole.metrics["episode_length"])
     ran = np.isfinite(steps)
     counts = ran.sum(1)
@@ -376,7 +377,7 @@ def test_budget_lanes_of_different_lengths_and_chunks_compose_bitwise():
 def test_max_updates_bounds_the_run():
     run = _catch_run(max_updates=10)
     out = jax.jit(algos.make_train(run))(jax.random.PRNGKey(0))
-    steps = np.asarray(out.metrics["env_steps"])
+    steps = host_metrics(out.metrics)["env_steps"]
     assert steps.shape == (10,) and np.all(np.isfinite(steps)) and steps[-1] == 360
 
 

@@ -127,3 +127,24 @@ def test_periodic_evaluation_every_n_updates_changes_no_training_number():
     for name in plain.metrics:
         np.testing.assert_array_equal(plain.metrics[name], evaluated.metrics[name])
     np.testing.assert_array_equal(plain.eval_returns, evaluated.eval_returns)
+
+
+def test_env_step_counter_is_exact_past_float32():
+    """The cumulative env-step counter is an integer: exact across 2^24 (where float32 stops
+    counting odd steps) and 2^31, through the metrics buffer and :func:`host_metrics`."""
+    from purejaxrl_opt.algos.base import NOT_RUN, host_metrics, init_loop, run_updates
+
+    run = small_run(PPOConfig(num_envs=3, num_steps=7, update_epochs=1, num_minibatches=1),
+                    num_seeds=1, total_timesteps=3 * 7 * 4)
+    algo = algos.make_algorithm(run)
+    loop = init_loop(algo, jax.random.PRNGKey(0))
+    updates = jax.jit(lambda loop, a, b: run_updates(algo, loop, a, b))
+    batch = 3 * 7  # odd: above 2^24 float32 rounds every other sum (2^24 - 1 + 2 * 21 is odd)
+    for start in (2**24 - 1, 2**31 - 5, 2**32 - 2 * batch - 2):  # the last ends at NOT_RUN - 1
+        out = updates(loop.replace(env_steps=jnp.asarray(start, jnp.uint32)), 0, 2)
+        steps = host_metrics(out.metrics)["env_steps"]
+        assert steps.dtype == np.float64
+        np.testing.assert_array_equal(steps[:2], [start + batch, start + 2 * batch])
+        assert np.all(np.isnan(steps[2:]))  # rows not run yet
+        assert int(out.env_steps) == start + 2 * batch
+    assert np.asarray(out.metrics["env_steps"])[3] == NOT_RUN

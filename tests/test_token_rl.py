@@ -19,6 +19,7 @@ from purejaxrl_opt.config import ConfigError, EnvConfig, GRPOConfig, NetworkConf
     TRPOConfig
 from purejaxrl_opt.distributions import Categorical
 from purejaxrl_opt.policies import episode_tokens, make_policy
+from purejaxrl_opt.algos.base import host_metrics
 
 NET = NetworkConfig(kind="transformer", d_model=32, num_layers=1, num_heads=2, mlp_ratio=2)
 ONE_DIGIT = {"min_digits": 1, "max_digits": 1}
@@ -199,7 +200,7 @@ def test_rl_from_the_sft_start_evaluates_held_out_prompts_periodically(sft_run, 
     run = token_run(cfg, init_from=str(out), total_timesteps=1000, eval_episodes=16, seed=1,
                     eval_every=5)
     result = runner.execute(run, tmp_path, loggers=(), num_chunks=1)
-    ran = np.isfinite(np.asarray(result.loop.metrics["env_steps"])[0])  # GRPO: until its budget
+    ran = np.isfinite(host_metrics(result.loop.metrics)["env_steps"][0])  # GRPO: until its budget
     accuracy = np.asarray(result.loop.metrics["eval_accuracy"])[0][ran]
     assert accuracy.size >= 10
     evaluated = (np.arange(accuracy.size) + 1) % 5 == 0

@@ -10,7 +10,10 @@ turns it into
   checkpoints. ``train`` is exactly their composition.
 
 Per-update metrics are written into a preallocated ``[num_updates]`` buffer in the loop state, so the
-state alone is a complete checkpoint and no metrics leave the device until the caller asks. An
+state alone is a complete checkpoint and no metrics leave the device until the caller asks. Env steps
+are counted in unsigned 32-bit integers (exact to 2^32 - 2 per lane); in the buffer the cumulative
+``env_steps`` of an update a lane did not run is :data:`NOT_RUN`, and :func:`host_metrics` turns the
+buffer into host arrays with ``env_steps`` as float64 (exact) and NaN for those rows. An
 algorithm with a budget of real env steps (``Algorithm.lane_active``, GRPO) runs a ``while_loop``
 instead: ``num_updates`` is then the buffer's size, and rows of updates a lane did not run stay NaN.
 """
@@ -22,6 +25,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 from jax.custom_batching import custom_vmap
 
@@ -33,6 +37,22 @@ from purejaxrl_opt.policies import Policy
 
 Hyperparameters = dict[str, jnp.ndarray]
 
+# env-step counters: uint32, exact to 2^32 - 2 env steps per lane (2^32 - 1 marks "not run");
+# float32 is exact only to 2^24
+STEP_DTYPE = jnp.uint32
+# the metrics buffer's env_steps for an update that a lane did not run (float metrics hold NaN)
+NOT_RUN = np.uint32(np.iinfo(np.uint32).max)
+
+
+def host_metrics(metrics: dict) -> dict:
+    """The metrics buffer on the host: numpy arrays, ``env_steps`` as float64 (exact) with NaN for
+    the updates a lane did not run (:data:`NOT_RUN`); every other metric unchanged (float32, NaN)."""
+    out = {name: np.asarray(value) for name, value in metrics.items()}
+    if "env_steps" in out and np.issubdtype(out["env_steps"].dtype, np.integer):
+        steps = out["env_steps"]
+        out["env_steps"] = np.where(steps == NOT_RUN, np.nan, steps.astype(np.float64))
+    return out
+
 
 @dataclass(frozen=True)
 class Algorithm:
@@ -40,7 +60,7 @@ class Algorithm:
 
     * ``init(key, hparams) -> state``
     * ``update(state, hparams, update_idx) -> (state, metrics)``; ``metrics`` holds scalars for every
-      name in ``metric_names`` plus ``env_steps`` (env steps consumed by this update).
+      name in ``metric_names`` plus ``env_steps`` (real env steps consumed by this update, an integer).
     * ``policy``: the policy network as a :class:`purejaxrl_opt.policies.Policy` bundle (``apply``
       one observation at a time, ``start``/``advance`` acting through an episode with a carry,
       ``episode_apply`` re-scoring whole episodes);
@@ -91,7 +111,7 @@ class Loop:
     algo_state: Any
     hparams: Hyperparameters
     update_idx: jnp.ndarray  # int32 scalar: updates done
-    env_steps: jnp.ndarray  # float32 scalar: env steps consumed so far (exact below 2^24 per update)
+    env_steps: jnp.ndarray  # uint32 scalar: env steps consumed so far (exact to 2^32 - 2)
     eval_key: jax.Array
     metrics: dict  # name -> [num_updates] float32, row i written by update i
 
@@ -107,8 +127,9 @@ def init_loop(algo: Algorithm, key: jax.Array, hparams: Hyperparameters | None =
     init_key, eval_key = jax.random.split(key)
     names = ("env_steps",) + algo.metric_names + algo.eval_metric_names
     metrics = {n: jnp.full((algo.num_updates,), jnp.nan, jnp.float32) for n in names}
+    metrics["env_steps"] = jnp.full((algo.num_updates,), NOT_RUN, STEP_DTYPE)
     return Loop(algo.init(init_key, hparams), hparams, jnp.zeros((), jnp.int32),
-                jnp.zeros((), jnp.float32), eval_key, metrics)
+                jnp.zeros((), STEP_DTYPE), eval_key, metrics)
 
 
 def _one_update(algo: Algorithm, loop: Loop, update_idx) -> tuple[Any, dict]:
@@ -116,7 +137,7 @@ def _one_update(algo: Algorithm, loop: Loop, update_idx) -> tuple[Any, dict]:
     ``eval_every`` updates, the periodic evaluation (NaN otherwise). ``update_idx`` must be shared by
     all lanes (unbatched under ``vmap``), so the evaluation is a real branch, not a ``select``."""
     state, step_metrics = algo.update(loop.algo_state, loop.hparams, update_idx)
-    step_metrics["env_steps"] = loop.env_steps + step_metrics.pop("env_steps")
+    step_metrics["env_steps"] = loop.env_steps + step_metrics.pop("env_steps").astype(STEP_DTYPE)
     eval_names = algo.eval_metric_names
     if eval_names:
         step_metrics.update(jax.lax.cond(
@@ -138,7 +159,7 @@ def run_updates(algo: Algorithm, loop: Loop, start: jnp.ndarray | int, stop: jnp
     def _update_step(update_idx, loop: Loop) -> Loop:
         state, step_metrics = _one_update(algo, loop, update_idx)
         env_steps = step_metrics["env_steps"]
-        metrics = {n: loop.metrics[n].at[update_idx].set(step_metrics[n].astype(jnp.float32))
+        metrics = {n: loop.metrics[n].at[update_idx].set(step_metrics[n].astype(loop.metrics[n].dtype))
                    for n in loop.metrics}
         return loop.replace(algo_state=state, update_idx=loop.update_idx + 1, env_steps=env_steps,
                             metrics=metrics)
@@ -190,7 +211,8 @@ def run_budgeted_updates(algo: Algorithm, loop: Loop, start: jnp.ndarray | int,
         state, step_metrics = _one_update(algo, loop, update_idx)
         env_steps = step_metrics["env_steps"]
         metrics = {n: loop.metrics[n].at[update_idx].set(
-            jnp.where(active, step_metrics[n].astype(jnp.float32), jnp.nan)) for n in loop.metrics}
+            jnp.where(active, step_metrics[n].astype(loop.metrics[n].dtype),
+                      NOT_RUN if n == "env_steps" else jnp.nan)) for n in loop.metrics}
         state = jax.tree_util.tree_map(lambda new, old: jnp.where(active, new, old), state,
                                        loop.algo_state)
         return update_idx + 1, loop.replace(
