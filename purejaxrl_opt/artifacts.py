@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from purejaxrl_opt import sweep
+from purejaxrl_opt import stats, sweep
 from purejaxrl_opt.config import RunConfig
 
 
@@ -56,10 +56,12 @@ def plot_learning_curve(out_dir: Path, summary: dict, metrics: dict) -> None:
 
 
 def _aggregate(per_seed: np.ndarray) -> dict:
+    """Mean, std and the Student-t 95% CI half-width over ``n`` seeds (``None`` for one seed)."""
     n = per_seed.shape[0]
     std = float(per_seed.std(ddof=1)) if n > 1 else 0.0
     return {"final_return_mean": float(per_seed.mean()), "final_return_std": std,
-            "final_return_ci95": float(1.96 * std / math.sqrt(n)) if n > 1 else 0.0}
+            "final_return_ci95": stats.t_half_width(per_seed, 0.95), "final_return_n": int(n),
+            "final_return_ci_method": "student-t"}
 
 
 def final_env_steps(metrics: dict) -> np.ndarray:

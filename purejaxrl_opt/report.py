@@ -9,7 +9,8 @@ config apart from the seed, whichever job or lane they came from). Writes into `
 
 * ``report.csv`` and ``report.md``: one row per (algo, env, config): the config keys that differ
   between rows of the same algo and env ("swept values"), the number of seeds, mean, std and 95% CI
-  (normal approximation, 1.96 std / sqrt(n), as in ``summary.json``) of the final return over seeds,
+  (Student-t, ``t_{0.975, n-1} std / sqrt(n)``, as in ``summary.json``; none for one seed) of the
+  final return over seeds,
   and env steps/s (per job, all its lanes, compile excluded; averaged over the jobs);
 * ``learning_curves.png``: one panel per env, one line per (algo, config): the mean over seeds of
   ``--metric`` (each seed's curve smoothed over ``--smooth`` updates) against env steps with a
@@ -28,6 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.stats import t as student_t
+
+from purejaxrl_opt import stats
 
 # config keys that identify a lane, not a configuration (pooled over), or do not affect training
 NOT_CONFIG = ("seed", "num_seeds", "eval_episodes", "eval_deterministic")
@@ -186,11 +190,11 @@ def swept_keys(groups: list[Group]) -> list[str]:
     return sorted(keys - {"algo.name", "env.id"})
 
 
-def _stats(values: list[float]) -> tuple[float, float, float]:
+def _stats(values: list[float]) -> tuple[float, float, float | None]:
     array = np.asarray(values, float)
     n = array.size
     std = float(array.std(ddof=1)) if n > 1 else 0.0
-    return float(array.mean()), std, (1.96 * std / math.sqrt(n) if n > 1 else 0.0)
+    return float(array.mean()), std, stats.t_half_width(array, 0.95)
 
 
 def table(groups: list[Group]) -> tuple[list[str], list[dict]]:
@@ -223,7 +227,8 @@ def markdown(columns: list[str], rows: list[dict]) -> str:
     for row in rows:
         cells = [row["algo"], row["env"], *(_text(row[k]) for k in keys), str(row["num_seeds"]),
                  f"{row['final_return_mean']:.2f} ± {row['final_return_std']:.2f}",
-                 f"± {row['final_return_ci95']:.2f}", f"{row['env_steps_per_second']:,.0f}"]
+                 ("—" if row["final_return_ci95"] is None else f"± {row['final_return_ci95']:.2f}"),
+                 f"{row['env_steps_per_second']:,.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -273,7 +278,9 @@ def plot_learning_curves(groups: list[Group], path: str | Path, metric: str = "r
             with np.errstate(all="ignore"), _quiet_nan_warnings():
                 mean = np.nanmean(ys, axis=0)
                 count = np.sum(np.isfinite(ys), axis=0)
-                band = 1.96 * np.nanstd(ys, axis=0, ddof=1) / np.sqrt(count) if ys.shape[0] > 1 else 0 * mean
+                t_factor = student_t.ppf(0.975, np.maximum(count - 1, 1))  # Student-t per point
+                band = (np.where(count > 1, t_factor, np.nan) * np.nanstd(ys, axis=0, ddof=1) / np.sqrt(count)
+                        if ys.shape[0] > 1 else 0 * mean)
             line, = ax.plot(xs, mean, label=f"{_label(group, keys)} (n={ys.shape[0]})")
             ax.fill_between(xs, mean - band, mean + band, color=line.get_color(), alpha=0.2, linewidth=0)
         ax.set_title(env)
@@ -315,7 +322,7 @@ def write_report(root: str | Path, out: str | Path | None = None, metric: str = 
         writer.writerows({k: _text(v) if isinstance(v, tuple) else v for k, v in row.items()}
                          for row in rows)
     note = ("\nFinal return: mean ± std over seeds of each policy's final deterministic evaluation; "
-            "95% CI = 1.96 std / sqrt(seeds). env steps/s: all lanes of a job, compile excluded.\n")
+            "95% CI = Student-t, t(0.975, n-1) std / sqrt(n) over the n seeds (— for one seed). env steps/s: all lanes of a job, compile excluded.\n")
     (out / "report.md").write_text(markdown(columns, rows) + note)
     plot_learning_curves(groups, out / "learning_curves.png", metric, window)
     return {"csv": out / "report.csv", "markdown": out / "report.md", "plot": out / "learning_curves.png",

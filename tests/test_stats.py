@@ -119,3 +119,16 @@ def test_probability_of_improvement_over_tasks_with_different_run_counts():
         [m[:, 0], m[:, 1]], [n[:, 0], n[:, 1]])
     with pytest.raises(ValueError, match="same tasks"):
         stats.probability_of_improvement(x, y[:1])
+
+
+def test_student_t_half_width_against_hand_computation():
+    # [1, 2, 3, 4]: std (ddof 1) = sqrt(5/3); t_{0.975, 3} = 3.182446305284263 (tables)
+    expected = 3.182446305284263 * np.sqrt(5.0 / 3.0) / 2.0
+    np.testing.assert_allclose(stats.t_half_width([1.0, 2.0, 3.0, 4.0]), expected, rtol=1e-9)
+    # two seeds: t_{0.975, 1} = 12.706204736174698, 6.5x the normal approximation's 1.96
+    np.testing.assert_allclose(stats.t_half_width([0.0, 2.0]), 12.706204736174698 * np.sqrt(2.0) / np.sqrt(2.0),
+                               rtol=1e-9)
+    assert stats.t_half_width([5.0]) is None  # one seed: no interval
+    # 90% level: t_{0.95, 3} = 2.353363434801823
+    np.testing.assert_allclose(stats.t_half_width([1.0, 2.0, 3.0, 4.0], 0.90),
+                               2.353363434801823 * np.sqrt(5.0 / 3.0) / 2.0, rtol=1e-9)
