@@ -1,0 +1,121 @@
+"""Where every figure comes from: a results file names the commit and the command that made it.
+
+    python experiments/provenance.py check          # every results file README.md cites: exists, with both
+
+Two ways a results file names its origin:
+
+* the file itself: ``commit`` and ``command`` keys (JSON) or lines ``commit: ...`` / ``command: ...``
+  (Markdown). New experiments write them with :func:`stamp` (JSON) or :func:`markdown_footer`;
+* for files written before that rule, ``experiments/results/PROVENANCE.json`` maps the file's path
+  (relative to ``experiments/results/``) to ``{"commit": ..., "command": ...}``: the commit is the one
+  that committed the numbers (the code they measured is that commit's parent tree or the commit
+  itself), the command is the one README gives for them.
+
+``check`` reads README.md, expands brace groups (``a.{md,png}``), and fails, naming the file, where a
+cited path does not exist or names no commit and command. tests/test_docs.py runs it in the fast tier.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "experiments" / "results"
+MANIFEST = RESULTS / "PROVENANCE.json"
+_CITE = re.compile(r"experiments/results/[A-Za-z0-9_.{},*/-]+")
+
+
+def commit() -> str:
+    """The checked-out commit, ``+dirty`` when tracked files have uncommitted changes."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
+def command() -> str:
+    """This process's command line, as a shell would take it."""
+    return "python " + " ".join(shlex.quote(a) for a in sys.argv)
+
+
+def stamp() -> dict:
+    """``{"commit": ..., "command": ...}`` for a JSON results file."""
+    return {"commit": commit(), "command": command()}
+
+
+def markdown_footer() -> str:
+    """The provenance lines for a Markdown results file."""
+    return f"\ncommit: {commit()}\ncommand: `{command()}`\n"
+
+
+def _expand(path: str) -> list[str]:
+    match = re.search(r"\{([^{}]*)\}", path)
+    if match is None:
+        return [path]
+    head, tail = path[:match.start()], path[match.end():]
+    return [p for option in match.group(1).split(",") for p in _expand(head + option + tail)]
+
+
+def cited_paths(readme: Path = ROOT / "README.md") -> list[str]:
+    """Every ``experiments/results/...`` path README.md cites, relative to ``experiments/results/``."""
+    found = []
+    for raw in _CITE.findall(readme.read_text()):
+        for path in _expand(raw.rstrip(".,;:)`")):
+            rel = path[len("experiments/results/"):].rstrip("/")
+            if rel and rel not in found:
+                found.append(rel)
+    return found
+
+
+def _names_itself(path: Path) -> bool:
+    if path.is_dir():
+        return any(_names_itself(p) for p in path.iterdir() if p.is_file())
+    if path.suffix == ".json":
+        try:
+            data = json.loads(path.read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return False
+        return isinstance(data, dict) and bool(data.get("commit")) and bool(data.get("command"))
+    if path.suffix in (".md", ".txt", ".csv"):
+        text = path.read_text()
+        return bool(re.search(r"^commit: \S+", text, re.M)) and bool(re.search(r"^command: \S+", text, re.M))
+    return False
+
+
+def problems(readme: Path = ROOT / "README.md") -> list[str]:
+    """What is wrong with README's citations (empty when every cited file exists and names both)."""
+    manifest = json.loads(MANIFEST.read_text()) if MANIFEST.exists() else {}
+    out = []
+    for rel in cited_paths(readme):
+        path = RESULTS / rel
+        if not path.exists():
+            out.append(f"{rel}: cited by README.md but missing")
+            continue
+        entry = manifest.get(rel, {})
+        if not (_names_itself(path) or (entry.get("commit") and entry.get("command"))):
+            out.append(f"{rel}: names no commit and command (in the file or in PROVENANCE.json)")
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] != ["check"]:
+        print(__doc__)
+        return 2
+    found = problems()
+    for line in found:
+        print(f"[provenance] {line}")
+    print(f"[provenance] {len(cited_paths())} cited results paths, {len(found)} problem(s)")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
