@@ -37,7 +37,7 @@ RUNS = {
                       "eval_episodes=16", "algo.num_groups=4", "algo.group_size=4", "algo.num_minibatches=2",
                       "network.d_model=32", "network.num_layers=1"],
 }
-NOT_RESULTS = {"compile_seconds", "run_seconds", "env_steps_per_second", "device", "host", "memory",
+NOT_RESULTS = {"commit", "compile_seconds", "run_seconds", "env_steps_per_second", "device", "host", "memory",
                "jax_version"}
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -55,6 +55,22 @@ def plot_learning_curve(out_dir: Path, summary: dict, metrics: dict) -> None:
         print(f"[purejaxrl_opt] could not plot the learning curve: {error}")
 
 
+def git_commit() -> str | None:
+    """The commit of the checkout this package runs from (``+dirty`` with uncommitted changes to
+    tracked files); None outside a git checkout (an installed wheel)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
+                              text=True, check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "") if head else None
+
+
 def _aggregate(per_seed: np.ndarray) -> dict:
     """Mean, std and the Student-t 95% CI half-width over ``n`` seeds (``None`` for one seed)."""
     n = per_seed.shape[0]
@@ -110,6 +126,7 @@ def make_summary(run: RunConfig, algo, metrics: dict, eval_returns: np.ndarray,
         # all lanes together, compile excluded
         "env_steps_per_second": float(np.sum(env_steps - steps_before) / max(run_seconds, 1e-9)),
         "num_params": num_params,
+        "commit": git_commit(),  # the code that produced these numbers
         "hparams": {k: [getattr(config_runs[lane.config].algo, k) for lane in lanes]
                     for k in run.algo.SWEEPABLE},
         "num_lanes": int(per_lane.shape[0]),

@@ -48,6 +48,7 @@ import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
+from purejaxrl_opt import artifacts  # noqa: E402
 from purejaxrl_opt.config import ConfigError, from_dictconfig  # noqa: E402
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -413,6 +414,7 @@ def table_markdown(suite: Suite, results: list[dict], pairs: list[dict], info: d
         lines += [suite.description.strip(), ""]
     lines += [f"- machine: {describe_machine(info)}",
               f"- command: `{command}`",
+              f"- commit: {artifacts.git_commit() or 'unknown'}",
               f"- finished: {time.strftime('%Y-%m-%d %H:%M:%S')}",
               f"- final return of a seed: its final policy's mean return over `eval_episodes` episodes "
               f"(`summary.json` `final_return_per_seed`); IQM / mean / median over seeds with {pct} "

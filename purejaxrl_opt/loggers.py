@@ -111,17 +111,30 @@ class Console(Sink):
 
 
 class WandB(Sink):
-    """Weights & Biases: config, per-lane per-update metrics, summary and the learning-curve PNG.
+    """Weights & Biases, live: config at start, every chunk's new rows as the run goes, then the
+    summary and the learning-curve PNG.
 
     One W&B run per job. Per-lane curves are logged as ``<lane>/<metric>`` (``seed_3/return_mean``,
     or ``cfg1_seed_3/return_mean`` in an in-compile sweep) and their mean and std over the lanes as
-    ``mean/<metric>`` and ``std/<metric>`` (per config in a sweep: ``cfg1/mean/<metric>``), all
-    against ``update``. ``group`` ties the jobs of one Hydra sweep together (the train entry point
-    sets it to the sweep dir in multirun mode). Everything is logged from the host-side metrics after
-    training; offline mode needs no network and no API key (sync later with ``wandb sync``).
+    ``mean/<metric>`` and ``std/<metric>`` (per config in a sweep: ``cfg1/mean/<metric>``); the W&B
+    step is the update and every metric is plotted against ``env_steps`` (the lanes' mean cumulative
+    env steps). ``group`` ties the jobs of one Hydra sweep together (the train entry point sets it to
+    the sweep dir in multirun mode). Offline mode needs no network and no API key (sync later with
+    ``wandb sync``).
+
+    Rows reach W&B at every progress report (each chunk of updates), so a long run's dashboard fills
+    as it trains; W&B's service writes them to the run's ``.wandb`` log at least every
+    :data:`FLUSH_SECONDS` (its default is 15 s), so a run killed with SIGKILL keeps every row handed
+    over more than that before the kill. The run's W&B id and the last update handed over are kept in
+    ``RUN_DIR/wandb_run.json``: ``resume=RUN_DIR`` continues the same W&B run and logs from the
+    checkpoint it resumes from. A resumed run recomputes the updates after its checkpoint bitwise, so
+    a row that reached the killed run's log before the kill is logged again with the same values,
+    and W&B, whose steps only increase, keeps one of them; no update is missing.
     """
 
     MODES = ("online", "offline", "disabled")
+    STATE_FILE = "wandb_run.json"
+    FLUSH_SECONDS = 0.25  # W&B's x_transaction_log_flush_interval: rows on disk within this
 
     def __init__(self, project: str = "purejaxrl_opt", entity: str | None = None, mode: str = "offline",
                  group: str | None = None, tags: list[str] | None = None, dir: str | None = None,
@@ -145,7 +158,7 @@ class WandB(Sink):
     def start(self, run, algo, out_dir, lanes=None, plan=None, start_update=0):
         import wandb
 
-        from purejaxrl_opt.artifacts import config_dict
+        from purejaxrl_opt.artifacts import config_dict, write_json_atomic
         from purejaxrl_opt.sweep import lanes as make_lanes
 
         kwargs = {k: v for k, v in self.kwargs.items() if v is not None}
@@ -159,7 +172,23 @@ class WandB(Sink):
         if plan is not None:
             config["sweep"] = plan.to_dict()
         config["run_dir"] = str(out_dir)
-        self.wandb_run = wandb.init(config=config, **kwargs)
+        self.state_path = Path(out_dir) / self.STATE_FILE
+        previous = _read_json(self.state_path) if start_update > 0 else None
+        if previous is not None:  # resume: the same W&B run, from the checkpoint
+            kwargs.update(id=previous["id"], resume="allow")
+            self.next_update = start_update
+        else:
+            from wandb.sdk.lib.runid import generate_id
+
+            kwargs["id"] = generate_id()
+            self.next_update = 0
+        self.run_id = kwargs["id"]
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.state_path, {"id": self.run_id, "logged_through": self.next_update - 1})
+        settings = wandb.Settings(x_transaction_log_flush_interval=self.FLUSH_SECONDS)
+        self.wandb_run = wandb.init(config=config, settings=settings, **kwargs)
+        self.wandb_run.define_metric("env_steps")
+        self.wandb_run.define_metric("*", step_metric="env_steps")
         self.lanes = lanes or make_lanes(run, plan)
         self.start_update = start_update
 
@@ -173,11 +202,14 @@ class WandB(Sink):
         configs = sorted({lane.config for lane in self.lanes})
         return {f"cfg{c}/": [lane.index for lane in self.lanes if lane.config == c] for c in configs}
 
-    def finish(self, summary, metrics, out_dir):
+    def _log_rows(self, metrics: dict, upto: int) -> None:
+        """Log updates ``next_update .. upto-1`` (those some lane ran) and record how far W&B has them."""
+        from purejaxrl_opt.artifacts import write_json_atomic
+
         names = [n for n in metrics if n != "env_steps"]
-        num_updates = metrics["env_steps"].shape[1]
         groups = self._groups()
-        for update in range(num_updates):
+        upto = min(upto, metrics["env_steps"].shape[1])
+        for update in range(self.next_update, upto):
             if not np.isfinite(metrics["env_steps"][:, update]).any():
                 continue  # no lane ran this update (GRPO: every budget spent before)
             row: dict[str, Any] = {"update": update,
@@ -192,7 +224,16 @@ class WandB(Sink):
                     if np.isfinite(values).any():
                         row[f"{prefix}mean/{name}"] = float(np.nanmean(values))
                         row[f"{prefix}std/{name}"] = float(np.nanstd(values))
-            self.wandb_run.log(row, step=update)
+            self.wandb_run.log(row, step=update, commit=True)  # sent now, not held for the next step
+        if upto > self.next_update:
+            self.next_update = upto
+            write_json_atomic(self.state_path, {"id": self.run_id, "logged_through": upto - 1})
+
+    def progress(self, metrics, updates_done, num_updates, seconds, start_update=0):
+        self._log_rows(metrics, updates_done)
+
+    def finish(self, summary, metrics, out_dir):
+        self._log_rows(metrics, metrics["env_steps"].shape[1])
         for key, value in summary.items():
             if isinstance(value, (int, float, str)):
                 self.wandb_run.summary[key] = value
@@ -206,6 +247,75 @@ class WandB(Sink):
 
             self.wandb_run.log({"learning_curve": wandb.Image(str(plot))})
         self.wandb_run.finish()
+
+
+def _read_json(path: Path) -> dict | None:
+    import json
+
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def read_wandb_file(path) -> list:
+    """Every record of a W&B run's transaction log (``run-<id>.wandb``, e.g. an offline run's) as
+    W&B's own protobuf ``Record`` messages, read without a network or an API key.
+
+    The log is a sequence of 32 KiB blocks after a 7-byte header (``:W&B``, magic, version); each
+    block holds chunks with a 7-byte header (crc32, length, type: full / first / middle / last), and
+    a record too long for one block is split over several chunks.
+    """
+    import struct
+
+    from wandb.proto import wandb_internal_pb2
+
+    data = Path(path).read_bytes()
+    if data[:4] != b":W&B":
+        raise ValueError(f"{path} is not a W&B transaction log (header {data[:7]!r})")
+    block, pos, pending, payloads = 32768, 7, b"", []
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # block trailer: padding
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if kind == 0:  # zero padding to the block's end
+            pos += left
+            continue
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind == 1:
+            payloads.append(chunk)
+        elif kind == 2:
+            pending = chunk
+        elif kind == 3:
+            pending += chunk
+        elif kind == 4:
+            payloads.append(pending + chunk)
+            pending = b""
+    records = []
+    for payload in payloads:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(payload)
+        records.append(record)
+    return records
+
+
+def read_wandb_history(path) -> list[dict]:
+    """The history rows (``wandb.log`` calls) of a W&B transaction log: ``{key: value}`` with
+    ``_step``; values decoded from their JSON."""
+    import json
+
+    rows = []
+    for record in read_wandb_file(path):
+        if record.WhichOneof("record_type") != "history":
+            continue
+        row = {}
+        for item in record.history.item:
+            key = item.key or "/".join(item.nested_key)
+            row[key] = json.loads(item.value_json)
+        rows.append(row)
+    return rows
 
 
 def _has_wandb_credentials() -> bool:

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import time
@@ -40,6 +39,9 @@ def compose(overrides: list[str]):
 @pytest.fixture(scope="module")
 def cli_env(tmp_path_factory):
     env = dict(os.environ)
+    # W&B runs made in this process (the sweep fixture) export their service's address: a CLI run
+    # that inherited it would attach to that service, which keeps a killed child's run "in use"
+    env.pop("WANDB_SERVICE", None)
     env.update(JAX_COMPILATION_CACHE_DIR=str(tmp_path_factory.mktemp("xla_cache")),
                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PLATFORMS="cpu",
                WANDB_MODE="offline", PYTHONUNBUFFERED="1")
@@ -141,27 +143,10 @@ def test_console_progress_bar_and_lines():
 # one in-process in-compile sweep, logged to W&B offline (shared by the tests below)
 # =====================================================================================================
 def read_wandb_records(path: Path) -> list:
-    """Records of a W&B transaction log (``run-*.wandb``: LevelDB-log framing of protobufs)."""
-    from wandb.proto import wandb_internal_pb2
+    """Records of a W&B transaction log (``run-*.wandb``), read with the project's reader."""
+    from purejaxrl_opt.loggers import read_wandb_file
 
-    data = path.read_bytes()
-    assert data[:4] == b":W&B", "not a W&B transaction log"
-    records, payload, offset, block = [], b"", 7, 32768
-    while offset + 7 <= len(data):
-        if block - offset % block < 7:  # block trailer padding
-            offset += block - offset % block
-            continue
-        _, length, kind = struct.unpack("<IHB", data[offset:offset + 7])
-        if length == 0 and kind == 0:
-            break
-        payload += data[offset + 7:offset + 7 + length]
-        offset += 7 + length
-        if kind in (1, 4):  # FULL or LAST
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(payload)
-            records.append(record)
-            payload = b""
-    return records
+    return read_wandb_file(path)
 
 
 @pytest.fixture(scope="module")
@@ -290,15 +275,28 @@ def killed_and_resumed(tmp_path_factory, cli_env):
     assert reference.returncode == 0, reference.stderr[-3000:]
 
     run_dir = base / "run"
-    args = KILL + ["progress.mode=lines", "progress.chunks=7", "checkpoint.every_updates=10"]
+    # logged to W&B offline (into the run dir) as it trains: the rows must survive the kill
+    args = KILL + ["progress.mode=lines", "progress.chunks=7", "checkpoint.every_updates=10",
+                   "logger=wandb", "logger.mode=offline"]
     log = open(base / "killed.log", "w")
     process = subprocess.Popen([sys.executable, "-m", "purejaxrl_opt.train", *args,
                                 f"hydra.run.dir={run_dir}"], env=cli_env, cwd=ROOT, stdout=log,
                                stderr=subprocess.STDOUT)
     deadline = time.time() + 240
-    while not checkpoint.available_steps(run_dir) and process.poll() is None and time.time() < deadline:
-        time.sleep(0.01)
+
+    from purejaxrl_opt.loggers import read_wandb_history
+
+    def _rows_on_disk() -> int:  # history rows in the run's offline W&B log so far
+        try:
+            return sum(len(read_wandb_history(log)) for log in run_dir.glob("wandb/offline-run-*/run-*.wandb"))
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    while ((not checkpoint.available_steps(run_dir) or _rows_on_disk() < 10) and process.poll() is None
+           and time.time() < deadline):
+        time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
+    logged_at_kill = _rows_on_disk()
     process.wait()
     log.close()
     assert process.returncode == -signal.SIGKILL, "the run ended before it could be killed mid-training"
@@ -308,11 +306,11 @@ def killed_and_resumed(tmp_path_factory, cli_env):
 
     resumed = cli(args + [f"resume={run_dir}", f"hydra.run.dir={base / 'resume_invocation'}"], cli_env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    return base / "reference", run_dir, steps_at_kill, resumed.stdout
+    return base / "reference", run_dir, steps_at_kill, resumed.stdout, logged_at_kill
 
 
 def test_killed_and_resumed_run_is_bitwise_the_uninterrupted_run(killed_and_resumed):
-    reference, run_dir, steps_at_kill, stdout = killed_and_resumed
+    reference, run_dir, steps_at_kill, stdout, _ = killed_and_resumed
     assert f"resuming from the checkpoint at update {steps_at_kill[-1]}" in stdout
     assert "final return" in stdout
     assert (reference / "metrics.csv").read_bytes() == (run_dir / "metrics.csv").read_bytes()
@@ -332,6 +330,40 @@ def test_killed_and_resumed_run_is_bitwise_the_uninterrupted_run(killed_and_resu
         assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
     # periodic checkpoints before and after the kill, and the final one
     assert set(range(10, 100, 10)) | {100} <= set(checkpoint.available_steps(run_dir))
+
+
+def test_wandb_rows_survive_the_kill_and_the_resume_continues_the_same_run(killed_and_resumed):
+    """Rows reach W&B at every chunk: the killed process's offline log holds every update up to its
+    last progress report (at least up to the checkpoint it resumes from), the resumed process logs
+    into the same W&B run id from the next update, and together they hold updates 0..99 once each,
+    with the values of metrics.csv."""
+    from purejaxrl_opt.loggers import read_wandb_history
+
+    _, run_dir, steps_at_kill, _, logged_at_kill = killed_and_resumed
+    state = json.loads((run_dir / "wandb_run.json").read_text())
+    assert state["logged_through"] == 99
+    logs = sorted(run_dir.glob("wandb/offline-run-*/run-*.wandb"))
+    assert len(logs) == 2 and all(log.name == f"run-{state['id']}.wandb" for log in logs), logs
+    killed, resumed = ([row for row in read_wandb_history(log) if "update" in row] for log in logs)
+    killed_steps, resumed_steps = [r["_step"] for r in killed], [r["_step"] for r in resumed]
+    # the rows on disk before the kill survive it, in order from update 0
+    assert killed_steps == list(range(len(killed_steps))) and len(killed_steps) >= logged_at_kill >= 10
+    # the resumed process logs from its checkpoint to the end; a row in both logs has the same values
+    assert resumed_steps == list(range(steps_at_kill[-1], 100))
+    assert sorted(set(killed_steps) | set(resumed_steps)) == list(range(100))  # no update missing
+    by_step = {r["_step"]: r for r in killed}
+    for row in resumed:
+        if row["_step"] in by_step:
+            twin = by_step[row["_step"]]
+            assert {k: v for k, v in row.items() if not k.startswith("_")} == \
+                {k: v for k, v in twin.items() if not k.startswith("_")}
+    with open(run_dir / "metrics.csv", newline="") as handle:
+        csv_rows = [r for r in csv.DictReader(handle) if r["seed"] == "1"]
+    for row in killed + resumed:
+        reference = csv_rows[row["update"]]
+        if reference["return_mean"]:  # NaN (no episode ended in that update) is not logged
+            assert row["seed_1/return_mean"] == pytest.approx(float(reference["return_mean"]), rel=1e-6)
+        assert row["env_steps"] == float(reference["env_steps"])
 
 
 def test_evaluate_cli_reproduces_the_final_returns(killed_and_resumed, cli_env, tmp_path):
