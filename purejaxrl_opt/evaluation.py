@@ -3,7 +3,8 @@ held-out accuracy on token envs.
 
 Everything takes an ``algo`` (:class:`purejaxrl_opt.algos.base.Algorithm`: its env, its ``policy``
 bundle and ``policy_params(state) -> (actor_params, obs_norm)``) and runs inside jit unless it says
-otherwise. Gymnax envs: complete episodes played in parallel (deterministic = the distribution's mode).
+otherwise. Envs other than the token envs (gymnax and every adapter): complete episodes played in
+parallel (deterministic = the distribution's mode).
 Token envs: one answer to each of ``eval_episodes`` held-out (test-split) prompts (greedy accuracy,
 sampled accuracy), and with ``eval_samples = n > 0`` also ``n`` sampled answers to each for pass@k.
 """
