@@ -143,15 +143,14 @@ def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, la
     # (a) random actions
     def _random(key):
         carry = rollout.reset_carry(env, env_params, key, num_envs)
-        step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
         sample = jax.vmap(env.action_space(env_params).sample)
 
         def _body(carry, step_key):
             env_state, obs = carry
             action_key, env_key = jax.random.split(step_key)
             action = sample(jax.random.split(action_key, num_envs))
-            obs, env_state, reward, *_ = step(jax.random.split(env_key, num_envs), env_state, action,
-                                              env_params)
+            obs, env_state, reward, *_ = envs.step_batch(env, env_params, jax.random.split(env_key, num_envs),
+                                                         env_state, action)
             return (env_state, obs), reward.sum()
 
         _, rewards = jax.lax.scan(_body, (carry.env_state, carry.obs),

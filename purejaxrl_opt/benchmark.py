@@ -109,7 +109,9 @@ def available_suites() -> list[str]:
 
 
 def _choices(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    """The options of a config group, nested ones by their path (``env=navix/<id>``)."""
+    root = CONF_DIR / group
+    return sorted(p.relative_to(root).with_suffix("").as_posix() for p in root.rglob("*.yaml"))
 
 
 def suite_path(suite: str) -> Path:

@@ -20,19 +20,20 @@ import jax.numpy as jnp
 
 from purejaxrl_opt.errors import ConfigError
 
-# token envs (purejaxrl_opt/token_envs.py); listed here so that validating a config needs no env module
-TOKEN_ENV_IDS: tuple[str, ...] = ("Addition-v0", "Reverse-v0", "Multiply-v0")
-# MNISTBandit downloads MNIST at construction time: not usable offline, so not offered
-_EXCLUDED_ENVS = ("MNISTBandit-bsuite",)
 # Fisher-vector product forms (natural_gradient.make_fisher_vector_product)
 FVP_MODES: tuple[str, ...] = ("gauss_newton", "hessian")
 
 
-def supported_env_ids() -> tuple[str, ...]:
-    """Every env id a run may name: gymnax's registered envs (minus unusable ones) and the token envs."""
-    import gymnax
+def supported_env_ids(library: str | None = None) -> tuple[str, ...]:
+    """The env ids a run may name, through the env registry (purejaxrl_opt/envs/registry.py):
+    ``library`` None = those named without a prefix (gymnax's registered envs and the token envs);
+    a library = its ids with the prefix (``navix/Navix-Empty-5x5-v0``; imports its adapter, so a
+    library that is not installed is a ConfigError naming the extra to install)."""
+    from purejaxrl_opt.envs.registry import UNPREFIXED, ids
 
-    return tuple(e for e in gymnax.registered_envs if e not in _EXCLUDED_ENVS) + TOKEN_ENV_IDS
+    if library is None:
+        return tuple(i for name in UNPREFIXED for i in ids(name))
+    return tuple(f"{library}/{i}" for i in ids(library))
 
 
 # --------------------------------------------------------------------------- field checks
@@ -68,8 +69,9 @@ class EnvConfig:
     # PPO/TRPO: rewards divided by the running std of each env's discounted return (gamma = algo's)
     normalize_reward: bool = False
     clip_actions: bool = True  # continuous actions clipped to the env's bounds before stepping
-    params: Mapping[str, Any] = field(default_factory=dict)  # overrides of gymnax EnvParams fields
-    # 1 keeps, 0 zeroes each observation entry (a partially observable variant of any gymnax env);
+    # the library's env options (gymnax: overrides of EnvParams fields), checked by its adapter's make
+    params: Mapping[str, Any] = field(default_factory=dict)
+    # 1 keeps, 0 zeroes each observation entry (a partially observable variant of any env);
     # its length is checked against the env's observation size when the env is built (envs.make)
     obs_mask: tuple[int, ...] | None = None
 
@@ -77,11 +79,12 @@ class EnvConfig:
         if self.obs_mask is not None:
             _check(len(self.obs_mask) > 0 and all(m in (0, 1) for m in self.obs_mask),
                    f"{prefix}.obs_mask", list(self.obs_mask), "null or a non-empty list of 0/1")
-        if ":" in self.id:  # a task of the user's own module (module:Class), resolved by token_envs.make
-            return
-        _check(self.id in supported_env_ids(), f"{prefix}.id", self.id,
-               f"one of {list(supported_env_ids())}, or 'module:TaskClass' for a task defined outside "
-               "the package (purejaxrl_opt/tasks.py)")
+        _check(isinstance(self.id, str) and self.id != "", f"{prefix}.id", self.id, "a non-empty string")
+        # '<library>/<id>', a gymnax or token env id, or 'module:TaskClass' (envs/registry.py): an
+        # unknown library or id, or a library that is not installed, is a ConfigError
+        from purejaxrl_opt.envs.registry import split_id
+
+        split_id(self.id, key=f"{prefix}.id")
 
 
 @dataclass(frozen=True)

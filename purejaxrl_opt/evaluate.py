@@ -8,8 +8,9 @@ itself, so no Hydra overrides are needed -- and evaluates every lane (seed x swe
 ``--episodes`` episodes inside one jitted, lane-vmapped function, with the lane's own evaluation key
 (so ``--episodes`` equal to the run's ``eval_episodes`` reproduces ``summary.json``'s final returns).
 Writes ``RUN_DIR/eval/update_<step>_<episodes>ep.json`` (or ``--out``). ``--gif`` renders one episode
-of lane ``--lane`` with gymnax's visualizer (classic control needs pygame, MinAtar/Catch/mazes only
-matplotlib).
+of lane ``--lane``: with the env's own ``render_frame(state, params)`` where its adapter provides one
+(envs/protocol.py), else, on gymnax, with gymnax's visualizer (classic control needs pygame,
+MinAtar/Catch/mazes only matplotlib); other envs are refused with the reason.
 """
 
 from __future__ import annotations
@@ -103,28 +104,56 @@ def _gym_frames(env_id: str, env_params, states) -> list:
         gym_env.close()
 
 
+def _save_gif(frames, path: Path, duration_ms: int = 50) -> None:
+    from PIL import Image
+
+    images = [Image.fromarray(frame) for frame in frames]
+    images[0].save(path, save_all=True, append_images=images[1:], duration=duration_ms, loop=0)
+
+
+def render_route(algo) -> str:
+    """How ``--gif`` renders the run's env: ``"render_frame"`` (the env's own), ``"gymnax"``
+    (gymnax's visualizer); anything else is a ValueError saying why it cannot."""
+    from purejaxrl_opt.envs import registry
+
+    spec = algo.spec
+    if getattr(algo.env, "render_frame", None) is not None:
+        return "render_frame"
+    _, name = registry.split_id(spec.env_id)
+    if spec.library == "gymnax" and name in RENDERABLE:
+        return "gymnax"
+    if spec.library == "gymnax":
+        raise ValueError(f"--gif: gymnax cannot render {spec.env_id}; renderable envs: {list(RENDERABLE)}")
+    raise ValueError(f"--gif: {spec.env_id} cannot be rendered: the {spec.library} env has no "
+                     "render_frame(state, params) (purejaxrl_opt/envs/protocol.py)")
+
+
 def write_gif(algo, loop, lane: int, path: str | Path, deterministic: bool = True) -> Path:
-    env_id = algo.run.env.id
-    if env_id not in RENDERABLE:
-        raise ValueError(f"--gif: gymnax cannot render {env_id}; renderable envs: {list(RENDERABLE)}")
-    if env_id in NEEDS_PYGAME:
+    from purejaxrl_opt.envs import registry
+
+    route = render_route(algo)
+    _, name = registry.split_id(algo.spec.env_id)
+    if route == "gymnax" and name in NEEDS_PYGAME:
         os.environ.setdefault("SDL_AUDIODRIVER", "dummy")  # headless: no sound card, no display
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
         try:
             import pygame  # noqa: F401
         except ImportError as error:
-            raise ValueError(f"--gif: rendering {env_id} needs pygame (pip install pygame)") from error
+            raise ValueError(f"--gif: rendering {name} needs pygame (pip install pygame)") from error
     import matplotlib
 
     matplotlib.use("Agg")
     states, cumulative = play_episode(algo, loop, lane, deterministic)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if env_id in NEEDS_PYGAME:
-        from PIL import Image
+    if route == "render_frame":
+        import jax
+        import numpy as np
 
-        images = [Image.fromarray(frame) for frame in _gym_frames(env_id, algo.env_params, states)]
-        images[0].save(path, save_all=True, append_images=images[1:], duration=50, loop=0)
+        render = jax.jit(algo.env.render_frame)
+        _save_gif([np.asarray(render(state, algo.env_params), np.uint8) for state in states], path)
+    elif name in NEEDS_PYGAME:
+        _save_gif(_gym_frames(name, algo.env_params, states), path)
     else:
         from gymnax.visualize import Visualizer
 

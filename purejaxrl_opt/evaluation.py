@@ -3,7 +3,8 @@ held-out accuracy on token envs.
 
 Everything takes an ``algo`` (:class:`purejaxrl_opt.algos.base.Algorithm`: its env, its ``policy``
 bundle and ``policy_params(state) -> (actor_params, obs_norm)``) and runs inside jit unless it says
-otherwise. Gymnax envs: complete episodes played in parallel (deterministic = the distribution's mode).
+otherwise. Envs other than the token envs (gymnax and every adapter): complete episodes played in
+parallel (deterministic = the distribution's mode).
 Token envs: one answer to each of ``eval_episodes`` held-out (test-split) prompts (greedy accuracy,
 sampled accuracy), and with ``eval_samples = n > 0`` also ``n`` sampled answers to each for pass@k.
 """
@@ -37,7 +38,6 @@ def play_episodes(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn, 
         step, memory = recurrence.step, recurrence.zero((num_episodes,))
     reset_key, loop_key = jax.random.split(key)
     carry = rollout.reset_carry(env, env_params, reset_key, num_episodes)
-    step_env = jax.vmap(env.step, in_axes=(0, 0, 0, None))
     limit = spec.max_steps if spec.max_steps > 0 else 100_000
 
     def _cond(loop):
@@ -50,9 +50,9 @@ def play_episodes(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn, 
         # an episode's end needs no reset: its later steps are not counted
         memory, dist_params = step(actor_params, memory, envs.obs_norm_apply(obs_norm, obs))
         action = dist.mode(dist_params) if deterministic else dist.sample(action_key, dist_params)
-        obs, env_state, reward, terminated, truncated, _ = step_env(
-            jax.random.split(env_key, num_episodes), env_state,
-            envs.to_env_action(spec, action, clip_actions), env_params)
+        obs, env_state, reward, terminated, truncated, _ = envs.step_batch(
+            env, env_params, jax.random.split(env_key, num_episodes), env_state,
+            envs.to_env_action(spec, action, clip_actions))
         returns = returns + jnp.where(alive, reward.astype(jnp.float32), 0.0)
         alive = jnp.logical_and(alive, jnp.logical_not(jnp.logical_or(terminated, truncated)))
         return t + 1, env_state, obs, alive, returns, key, memory
@@ -144,7 +144,7 @@ def token_accuracy(algo, loop) -> tuple[dict, str]:
     """Held-out accuracy of every lane's final policy (greedy and sampled answers to the same
     ``eval_episodes`` test-split prompts) and a text of example answers (lane 0, greedy). ``loop``
     has a leading lane axis; runs on the host (jit + vmap over lanes inside)."""
-    from purejaxrl_opt.token_envs import format_answers
+    from purejaxrl_opt.envs.tokens import format_answers
 
     def _lane(loop):
         actor_params, _ = algo.policy_params(loop.algo_state)
@@ -175,8 +175,9 @@ def token_accuracy(algo, loop) -> tuple[dict, str]:
 
 def episode_states(algo, state, key: jax.Array, deterministic: bool = True):
     """One episode of the policy of ``state`` for rendering: ``(env states [T], rewards [T], done [T])``
-    over the env's step limit (10,000 without one), stepped without auto-reset so the last state
-    is the episode's end; entries after the first ``done`` are to be dropped by the caller."""
+    over the env's step limit (10,000 without one); ``states[t]`` is the state acted on at step ``t``
+    (one env, stepped by :func:`purejaxrl_opt.envs.step_batch`, so no reset happens before the first
+    ``done``); entries after the first ``done`` are to be dropped by the caller."""
     actor_params, obs_norm = algo.policy_params(state)
     env, env_params, spec, dist = algo.env, algo.env_params, algo.spec, algo.dist
     limit = spec.max_steps if spec.max_steps > 0 else 10_000
@@ -188,18 +189,19 @@ def episode_states(algo, state, key: jax.Array, deterministic: bool = True):
         key, step_key = jax.random.split(key)
         action_key, env_key = jax.random.split(step_key)
         if recurrence is None:
-            dist_params = algo.policy.apply(actor_params, envs.obs_norm_apply(obs_norm, obs[None]))
+            dist_params = algo.policy.apply(actor_params, envs.obs_norm_apply(obs_norm, obs))
         else:
-            memory, dist_params = recurrence.step(actor_params, memory,
-                                                  envs.obs_norm_apply(obs_norm, obs[None]))
-        action = (dist.mode(dist_params) if deterministic else dist.sample(action_key, dist_params))[0]
-        obs, next_state, reward, terminated, _ = env.step_env(
-            env_key, env_state, envs.to_env_action(spec, action, algo.run.env.clip_actions), env_params)
-        done = jnp.logical_or(terminated, env.is_truncated(next_state, env_params))
-        return (key, next_state, obs, memory), (env_state, reward, done)
+            memory, dist_params = recurrence.step(actor_params, memory, envs.obs_norm_apply(obs_norm, obs))
+        action = dist.mode(dist_params) if deterministic else dist.sample(action_key, dist_params)
+        next_obs, next_state, reward, terminated, truncated, _ = envs.step_batch(
+            env, env_params, env_key[None], env_state,
+            envs.to_env_action(spec, action, algo.run.env.clip_actions))
+        unbatched = jax.tree_util.tree_map(lambda x: x[0], env_state)
+        return (key, next_state, next_obs, memory), (unbatched, reward[0],
+                                                      jnp.logical_or(terminated, truncated)[0])
 
     key, reset_key = jax.random.split(key)
-    obs, env_state = env.reset(reset_key, env_params)
+    obs, env_state = envs.reset_batch(env, env_params, reset_key[None])
     memory = () if recurrence is None else recurrence.zero((1,))
     _, (states, rewards, done) = jax.lax.scan(_step, (key, env_state, obs, memory), None, length=limit)
     return states, rewards, done

@@ -17,7 +17,7 @@ episode's first. Its :class:`Recurrence` (``policy.recurrence``) is the one netw
 the continuing rollouts of PPO/TRPO (:func:`replay`, with resets at episode ends) and the evaluation
 use: acting steps it one observation at a time, a replay runs the feed-forward parts on whole
 sequences and scans only the cell's hidden side (:func:`scan_cell`). For a transformer on a token env
-(purejaxrl_opt/token_envs.py) the observation is the token buffer ``[max_len]`` — the prompt, then
+(purejaxrl_opt/envs/tokens.py) the observation is the token buffer ``[max_len]`` — the prompt, then
 the answer tokens generated so far, then padding — and the policy's output at the last filled
 position gives the next token: action ``a`` is token ``a + 1`` (padding is never emitted).
 ``episode_apply`` rebuilds the answer from the first observation and the actions, which is exact
@@ -183,7 +183,7 @@ def check_network(net: NetworkConfig, spec: EnvSpec) -> None:
 
 
 def token_env_ids() -> tuple[str, ...]:
-    from purejaxrl_opt.token_envs import TOKEN_ENVS
+    from purejaxrl_opt.envs.tokens import TOKEN_ENVS
 
     return TOKEN_ENVS
 

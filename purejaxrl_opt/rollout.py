@@ -78,7 +78,7 @@ def env_keys(key: jax.Array, num_envs: int, global_envs: tuple[int, Any] | None 
 
 def reset_carry(env, env_params, key: jax.Array, num_envs: int,
                 global_envs: tuple[int, Any] | None = None) -> EnvCarry:
-    obs, env_state = envs.vmap_reset(env, env_params, env_keys(key, num_envs, global_envs))
+    obs, env_state = envs.reset_batch(env, env_params, env_keys(key, num_envs, global_envs))
     zeros = jnp.zeros((num_envs,), jnp.float32)
     return EnvCarry(env_state, obs, zeros, zeros)
 
@@ -98,7 +98,6 @@ def collect(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn: ActorF
     with its own key taken from the global split (:func:`env_keys`), for actions and env steps alike.
     """
     num_envs = carry.obs.shape[0]
-    step_env = jax.vmap(env.step, in_axes=(0, 0, 0, None))
     policy = as_policy(actor_fn)
     recurrence = policy.recurrence
 
@@ -117,8 +116,8 @@ def collect(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn: ActorF
             action = jax.vmap(dist.sample)(env_keys(action_key, num_envs, global_envs), dist_params)
         log_prob = dist.log_prob(dist_params, action)
         env_action = envs.to_env_action(spec, action, clip_actions)
-        obs, env_state, reward, terminated, truncated, info = step_env(
-            env_keys(env_key, num_envs, global_envs), carry.env_state, env_action, env_params)
+        obs, env_state, reward, terminated, truncated, info = envs.step_batch(
+            env, env_params, env_keys(env_key, num_envs, global_envs), carry.env_state, env_action)
         reward = reward.astype(jnp.float32)
         done = jnp.logical_or(terminated, truncated)
         episode_return = carry.episode_return + reward
@@ -195,7 +194,7 @@ def group_reset_keys(key: jax.Array, num_groups: int, group_size: int, same_star
     return jax.random.split(key, num_groups * group_size)
 
 
-def _group_step(step_env, env_params, spec: EnvSpec, dist: Distribution, key: jax.Array, env_state,
+def _group_step(env, env_params, spec: EnvSpec, dist: Distribution, key: jax.Array, env_state,
                 alive: jnp.ndarray, dist_params, greedy: bool, clip_actions: bool):
     """One step of every episode of a group rollout: act (sampled, or the mode when ``greedy``), step
     the envs, and mask what follows an episode's end. Returns ``(action, log_prob, next_obs,
@@ -205,9 +204,9 @@ def _group_step(step_env, env_params, spec: EnvSpec, dist: Distribution, key: ja
     action_key, env_key = jax.random.split(key)
     action = dist.mode(dist_params) if greedy else dist.sample(action_key, dist_params)
     log_prob = dist.log_prob(dist_params, action)
-    next_obs, env_state, reward, terminated, truncated, info = step_env(
-        jax.random.split(env_key, num_envs), env_state, envs.to_env_action(spec, action, clip_actions),
-        env_params)
+    next_obs, env_state, reward, terminated, truncated, info = envs.step_batch(
+        env, env_params, jax.random.split(env_key, num_envs), env_state,
+        envs.to_env_action(spec, action, clip_actions))
     reward = jnp.where(alive, reward.astype(jnp.float32), 0.0)
     correct = jnp.logical_and(alive, info.get("correct", jnp.zeros_like(alive)))
     still_alive = jnp.logical_and(alive, jnp.logical_not(jnp.logical_or(terminated, truncated)))
@@ -232,15 +231,14 @@ def group_rollout(env, env_params, spec: EnvSpec, dist: Distribution, policy, ac
     policy = as_policy(policy)
     num_envs = num_groups * group_size
     reset_key, loop_key = jax.random.split(key)
-    obs, env_state = envs.vmap_reset(env, env_params,
-                                     group_reset_keys(reset_key, num_groups, group_size, same_start))
-    step_env = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    obs, env_state = envs.reset_batch(env, env_params,
+                                      group_reset_keys(reset_key, num_groups, group_size, same_start))
     policy_carry, dist_params = policy.start(actor_params, envs.obs_norm_apply(obs_norm, obs))
 
     def _env_step(carry, step_key):
         env_state, obs, alive, policy_carry, dist_params = carry
         action, log_prob, next_obs, env_state, reward, correct, still_alive, info = _group_step(
-            step_env, env_params, spec, dist, step_key, env_state, alive, dist_params, greedy, clip_actions)
+            env, env_params, spec, dist, step_key, env_state, alive, dist_params, greedy, clip_actions)
         terms = info.get("reward_terms", jnp.zeros((num_envs, 0), jnp.float32))
         terms = jnp.where(alive[:, None], terms, 0.0)
         policy_carry, dist_params = policy.advance(actor_params, policy_carry, action,
@@ -278,9 +276,8 @@ def group_rollout_until_done(env, env_params, spec: EnvSpec, dist: Distribution,
         raise ValueError(f"buffer_steps = {buffer_steps} must be >= max_steps = {max_steps}")
     num_envs = num_groups * group_size
     reset_key, loop_key = jax.random.split(key)
-    obs, env_state = envs.vmap_reset(env, env_params,
-                                     group_reset_keys(reset_key, num_groups, group_size, same_start))
-    step_env = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    obs, env_state = envs.reset_batch(env, env_params,
+                                      group_reset_keys(reset_key, num_groups, group_size, same_start))
     dist_params = actor_fn(actor_params, envs.obs_norm_apply(obs_norm, obs))
     step_keys = jax.random.split(loop_key, max_steps)
     action_shape = jax.eval_shape(dist.sample, step_keys[0], dist_params)
@@ -299,7 +296,7 @@ def group_rollout_until_done(env, env_params, spec: EnvSpec, dist: Distribution,
     def _body(loop):
         t, env_state, obs, alive, dist_params, correct_any, buffers = loop
         action, log_prob, next_obs, env_state, reward, correct, still_alive, _ = _group_step(
-            step_env, env_params, spec, dist, step_keys[t], env_state, alive, dist_params, greedy,
+            env, env_params, spec, dist, step_keys[t], env_state, alive, dist_params, greedy,
             clip_actions)
         dist_params = actor_fn(actor_params, envs.obs_norm_apply(obs_norm, next_obs))
         buffers = tuple(buf.at[t].set(x) for buf, x in

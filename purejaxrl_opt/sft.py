@@ -106,7 +106,7 @@ def make_dataset(env_cfg: EnvConfig, cfg: SFTConfig, seed: int):
     chosen: dict[bytes, int] = {}
     prompts, answers, lengths = [], [], []
     key = jax.random.PRNGKey(seed)
-    reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
+    reset = jax.jit(lambda keys, params: envs.reset_batch(env, params, keys))
     for _ in range(50):  # draw until num_examples distinct prompts (or the split runs out)
         key, sub = jax.random.split(key)
         _, state = reset(jax.random.split(sub, 4 * cfg.num_examples), env_params)
@@ -272,7 +272,7 @@ def run_sft(env_cfg: EnvConfig, net: NetworkConfig, cfg: SFTConfig, seed: int, o
             "max_len": spec.obs_shape[0], "num_actions": spec.num_actions,
             "sft": dataclasses.asdict(cfg), "seed": seed}
     save_checkpoint(out_dir / "checkpoint", params, meta)
-    from purejaxrl_opt.token_envs import format_answers
+    from purejaxrl_opt.envs.tokens import format_answers
 
     lines = format_answers(batch.obs[0], batch.action.T, batch.lengths, batch.correct, cfg.examples,
                            spec.vocab)

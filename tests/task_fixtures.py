@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from purejaxrl_opt.tasks import DIGIT0, EOS, EQUALS, PAD, Reward, Sample, Task
+from purejaxrl_opt.envs.tasks import DIGIT0, EOS, EQUALS, PAD, Reward, Sample, Task
 
 
 def parity_correct(sample: Sample, generated, length):

@@ -1,4 +1,4 @@
-"""The task API (purejaxrl_opt/tasks.py): reward functions on hand-made answers, Multiply-v0, pass@k
+"""The task API (purejaxrl_opt/envs/tasks.py): reward functions on hand-made answers, Multiply-v0, pass@k
 against the formula and exhaustive enumeration, bad task definitions refused before compiling, and a
 task from a module outside the package trained through the CLIs (SFT, then GRPO from it)."""
 
@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxrl_opt import tasks, token_envs as te
+from purejaxrl_opt.envs import tasks, tokens as te
 from purejaxrl_opt.errors import ConfigError
 from purejaxrl_opt.evaluation import pass_at_k
 
@@ -214,7 +214,7 @@ def test_user_task_from_its_own_module():
     ("tests.task_fixtures:Parity", {"bogus": 1}, ["env.params.bogus", "num_bits", "max_len"]),
     ("tests.task_fixtures:Parity", {"num_bits": 1, "test_fraction": 0.01}, ["env.params.test_fraction",
                                                                            "split"]),
-    ("tests.task_fixtures:NotATask", {}, ["env.id", "not a purejaxrl_opt.tasks.Task"]),
+    ("tests.task_fixtures:NotATask", {}, ["env.id", "not a purejaxrl_opt.envs.tasks.Task"]),
     ("tests.task_fixtures:Missing", {}, ["env.id", "no attribute 'Missing'"]),
     ("no_such_module_xyz:Task", {}, ["env.id", "cannot import"]),
     ("Subtraction-v0", {}, ["env.id", "Multiply-v0", "module:TaskClass"]),

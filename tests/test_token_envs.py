@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxrl_opt import token_envs as te
+from purejaxrl_opt.envs import tokens as te
 from purejaxrl_opt.config import ConfigError
 
 

@@ -14,7 +14,8 @@ from purejaxrl_opt.algos.base import Algorithm, TrainOutput, make_train as _make
 from purejaxrl_opt.config import RunConfig
 
 # (algo.name, observation kind) -> module defining make_algorithm(run, env, env_params, spec). "vector"
-# = gymnax envs (vector or image observations, rollouts with auto-reset); "token" = token envs
+# = every env of the protocol but the token envs (vector or image observations, rollouts with
+# auto-reset: gymnax and the other libraries' adapters); "token" = token envs
 # (whole-answer rollouts with a transformer policy). PPO on a token env is its own algorithm file
 # (a value transformer, GAE inside each answer), chosen here rather than inside ppo.py.
 REGISTRY: dict[tuple[str, str], str] = {
@@ -36,7 +37,7 @@ def env_kind(spec) -> str:
 
 
 def make_env(run: RunConfig):
-    """``(env, env_params, spec)`` for the run's env config."""
+    """``(env, env_params, spec)`` for the run's env config (any registered library: envs/registry.py)."""
     return envs.make(run.env.id, dict(run.env.params), run.env.obs_mask)
 
 
@@ -64,6 +65,15 @@ def check_env_fit(run: RunConfig, spec) -> None:
     from purejaxrl_opt.policies import check_network
 
     check_network(run.network, spec)
+    if run.env.normalize_obs and spec.action_mask:
+        raise ConfigError(f"config key 'env.normalize_obs' = True is invalid on {spec.env_id}: the last "
+                          f"{spec.num_actions} observation entries are its legal-action mask, which "
+                          "normalising would destroy; must be false")
+    if (run.algo.name == "grpo" and getattr(run.algo, "grouping", None) == "same_start"
+            and not spec.keyed_reset):
+        raise ConfigError(f"config key 'grpo.grouping' = 'same_start' is invalid on {spec.env_id}: its "
+                          "reset is not determined by the key (keyed_reset = False), so a group cannot "
+                          "share a start state; use grpo.grouping=unrelated")
     if spec.vocab is not None:
         if run.algo.name not in TOKEN_ALGOS:
             raise ConfigError(f"config key 'algo.name' = {run.algo.name!r} is invalid on the token env "

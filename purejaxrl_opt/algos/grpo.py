@@ -42,7 +42,7 @@ from purejaxrl_opt.errors import ConfigError
 from purejaxrl_opt.optim import adam, minibatch_epochs
 from purejaxrl_opt.policies import Policy, as_policy, make_policy
 from purejaxrl_opt.pretrained import load_initial_actor
-from purejaxrl_opt.token_envs import reward_metric_names, reward_metrics
+from purejaxrl_opt.envs.tokens import reward_metric_names, reward_metrics
 
 METRICS = ("return_mean", "episode_length", "episodes", "kl_ref", "clip_frac", "approx_kl",
            "zero_spread_groups", "group_return_std", "entropy", "policy_loss", "learning_rate")

@@ -31,7 +31,7 @@ from purejaxrl_opt.errors import ConfigError
 from purejaxrl_opt.optim import adam, annealed, minibatch_epochs
 from purejaxrl_opt.policies import make_policy, make_value
 from purejaxrl_opt.pretrained import load_initial_actor
-from purejaxrl_opt.token_envs import reward_metric_names, reward_metrics
+from purejaxrl_opt.envs.tokens import reward_metric_names, reward_metrics
 
 METRICS = ("return_mean", "episode_length", "episodes", "policy_loss", "value_loss", "entropy",
            "approx_kl", "clip_frac", "kl_ref", "learning_rate")

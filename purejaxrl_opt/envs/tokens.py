@@ -1,4 +1,4 @@
-"""Token-generation environments (gymnax interface): any :class:`purejaxrl_opt.tasks.Task` as an env.
+"""Token-generation environments (gymnax interface): any :class:`purejaxrl_opt.envs.tasks.Task` as an env.
 
 The policy emits one token per env step; the observation is the whole token buffer, so a causal
 transformer reads the prompt plus everything generated so far and predicts the next token.
@@ -10,9 +10,9 @@ Design
   PAD is only right-padding of the buffer and is never emitted: the action space is
   ``Discrete(len(vocab) - 1)`` and action ``a`` writes token ``a + 1`` (:func:`token_of_action` /
   :func:`action_of_token`).
-* **Tasks** (purejaxrl_opt/tasks.py): ``env.id`` names a registered task (:data:`TOKEN_ENVS`) or a
+* **Tasks** (purejaxrl_opt/envs/tasks.py): ``env.id`` names a registered task (:data:`TOKEN_ENVS`) or a
   task class of the user's own module (``env.id=mypkg.tasks:MyTask``). :func:`make` splits
-  ``env.params`` into the env's own options (:data:`purejaxrl_opt.tasks.ENV_OPTIONS`) and the task's
+  ``env.params`` into the env's own options (:data:`purejaxrl_opt.envs.tasks.ENV_OPTIONS`) and the task's
   constructor options, builds the task, and checks it by tracing its sampler and every reward function
   once (``jax.eval_shape``): a wrong shape or dtype, a prompt longer than the buffer, a duplicate
   reward name is a :class:`~purejaxrl_opt.errors.ConfigError` naming the task, before any compile.
@@ -49,15 +49,21 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from purejaxrl_opt.config import TOKEN_ENV_IDS
 from purejaxrl_opt.errors import ConfigError
-from purejaxrl_opt.tasks import (ARITH_VOCAB, DIGIT0, ENV_OPTIONS, EOS, EOS_CHAR, EQUALS, PAD, PLUS,  # noqa: F401
-                                 TIMES, VOCAB, Sample, Task, _is_int, _is_real, bad_option, hash_prompt)
-from purejaxrl_opt import tasks as _tasks
+from purejaxrl_opt.envs.tasks import (ARITH_VOCAB, DIGIT0, ENV_OPTIONS, EOS, EOS_CHAR, EQUALS, PAD,  # noqa: F401
+                                      PLUS, TIMES, VOCAB, Sample, Task, _is_int, _is_real, bad_option,
+                                      hash_prompt)
+import purejaxrl_opt.envs.tasks as _tasks
 
 NUM_ACTIONS = len(VOCAB) - 1  # of the 14-token vocabulary (Addition, Reverse); PAD is never emitted
 
-TOKEN_ENVS: tuple[str, ...] = TOKEN_ENV_IDS
+LIBRARY = "tokens"  # env.id = "Addition-v0" (or "tokens/Addition-v0"), or "module:TaskClass"
+TOKEN_ENVS: tuple[str, ...] = tuple(_tasks.TASKS)
+
+
+def ids() -> tuple[str, ...]:
+    """The built-in tasks (a task of the user's own module is named ``module:TaskClass``)."""
+    return TOKEN_ENVS
 
 
 def is_token_env(env_id: str) -> bool:
@@ -175,7 +181,7 @@ class TokenEnv(environment.Environment[TokenEnvState, TokenEnvParams]):
             raise _task_error(task, f"sample(key) fails when traced: {type(error).__name__}: {error}") from error
         if not isinstance(sample, Sample):
             raise _task_error(task, f"sample(key) returns {type(sample).__name__}; must return a "
-                                    "purejaxrl_opt.tasks.Sample")
+                                    "purejaxrl_opt.envs.tasks.Sample")
 
         def want(field, shape, kinds="i"):
             value = getattr(sample, field)
@@ -341,7 +347,7 @@ PARAM_OPTIONS: tuple[str, ...] = ("split", "max_steps_in_episode", "reward_weigh
 
 def make(env_id: str, options: Mapping[str, Any] | None = None) -> tuple[TokenEnv, TokenEnvParams]:
     """Build a token env and its params from ``env.params`` options: the env's own
-    (:data:`purejaxrl_opt.tasks.ENV_OPTIONS`) and the task's constructor options.
+    (:data:`purejaxrl_opt.envs.tasks.ENV_OPTIONS`) and the task's constructor options.
 
     Every bad key or value raises :class:`ConfigError` naming ``env.params.<key>`` (or the task),
     before compiling.

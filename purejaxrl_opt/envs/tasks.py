@@ -16,10 +16,10 @@ A :class:`Task` is
 * ``correct(sample, generated, length) -> bool`` (default: exact match with the reference answer),
   what accuracy and pass@k count.
 
-:class:`purejaxrl_opt.token_envs.TokenEnv` turns any task into a gymnax env; a run selects one with
+:class:`purejaxrl_opt.envs.tokens.TokenEnv` turns any task into a gymnax env; a run selects one with
 ``env.id=<registered name>`` (:data:`TASKS`) or ``env.id=<module>:<attribute>`` for a task class
 defined outside the package (its constructor takes the ``env.params`` options that are not the env's
-own, see :func:`purejaxrl_opt.token_envs.make`). Built-ins: ``Addition-v0``, ``Reverse-v0`` and
+own, see :func:`purejaxrl_opt.envs.tokens.make`). Built-ins: ``Addition-v0``, ``Reverse-v0`` and
 ``Multiply-v0`` (multi-digit multiplication, optionally with its work written before the answer).
 """
 
@@ -184,11 +184,11 @@ def load(env_id: str, options: dict) -> Task:
     task = factory(**options)
     if not isinstance(task, Task):
         raise ConfigError(f"config key 'env.id' = {env_id!r} is invalid: it built a "
-                          f"{type(task).__name__}, not a purejaxrl_opt.tasks.Task")
+                          f"{type(task).__name__}, not a purejaxrl_opt.envs.tasks.Task")
     return task
 
 
-# options every token env takes (purejaxrl_opt/token_envs.py); the others go to the task's constructor
+# options every token env takes (purejaxrl_opt/envs/tokens.py); the others go to the task's constructor
 ENV_OPTIONS: tuple[str, ...] = ("max_len", "split", "max_steps_in_episode", "reward_weights")
 
 

@@ -1,0 +1,107 @@
+"""The one environment interface of the project, and the static spec built from it.
+
+The interface is gymnax 1.x's per-env signature, which every rollout, evaluation, GRPO group rollout
+and SFT reset already speaks; gymnax envs and the token envs are it as they are, and an adapter for
+another library (``purejaxrl_opt/envs/<library>.py``) translates into it. An env object is a subclass
+of ``gymnax.environments.environment.Environment`` (or anything with the same methods):
+
+``reset_env(key, params) -> (obs, state)``
+    No auto-reset.
+``step_env(key, state, action, params) -> (obs, state, reward, terminated, info)``
+    No auto-reset. ``terminated`` is a true terminal (no bootstrap) and never the time limit.
+``is_truncated(state, params) -> bool``
+    The episode's time limit is reached (gymnax: ``state.time >= params.max_steps_in_episode``).
+``reset(key, params)``, ``step(key, state, action, params) -> (obs, state, reward, terminated,
+truncated, info)``
+    With auto-reset, ``info["final_observation"]`` = the observation *before* the reset (inherited
+    from gymnax's ``Environment``, which calls ``step_env``, ``is_truncated`` and ``reset_env``).
+``observation_space(params)``, ``action_space(params)``
+    ``gymnax.environments.spaces.Box`` / ``Discrete``. An observation is ONE array per env (float32
+    or an integer/bool dtype, the space's ``dtype``); adapters encode structured observations.
+``params``
+    A flax ``struct.dataclass`` with at least ``max_steps_in_episode: int``.
+
+Optional attributes the layer reads (class attributes or properties):
+
+``action_mask: bool = False``
+    True: the LAST ``num_actions`` entries of the flattened observation are a 0/1 mask of the legal
+    actions in that state (1 = legal).
+``step_batch(keys [N], state [N], action [N], params) -> the 6-tuple of step, batched``
+    A batch-level auto-reset (e.g. an optimistic reset that shares a few pre-sampled reset states
+    across the batch). Absent: ``jax.vmap(env.step, in_axes=(0, 0, 0, None))``
+    (:func:`purejaxrl_opt.envs.step_batch`).
+``render_frame(state, params) -> uint8 [H, W, 3]``
+    One frame of an unbatched state, for ``evaluate --gif``.
+``keyed_reset: bool = True``
+    ``reset(key)`` fully determines the start state (GRPO's same-start groups need it).
+``vocab: tuple[str, ...]``
+    Token envs only: the token strings (the spec's ``vocab``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What the networks and rollouts need to know about an environment (static, hashable)."""
+
+    env_id: str
+    obs_shape: tuple[int, ...]
+    discrete: bool
+    num_actions: int  # categories if discrete, else action dimensions
+    action_low: tuple[float, ...] | None
+    action_high: tuple[float, ...] | None
+    max_steps: int  # episode limit (time-limit truncation); 0 = none
+    vocab: tuple[str, ...] | None = None  # token envs (envs/tokens.py): the token strings; else None
+    obs_dtype: str = "float32"  # dtype of one observation, e.g. "float32", "uint8", "int32", "bool"
+    # the last num_actions entries of the flattened observation are a 0/1 mask of the legal actions
+    action_mask: bool = False
+    library: str = "gymnax"  # the registry's library prefix of env_id (envs/registry.py)
+    # reset(key) fully determines the start state (the env's keyed_reset; GRPO's same-start groups)
+    keyed_reset: bool = True
+
+
+def keyed_reset(env) -> bool:
+    """Whether ``env.reset(key)`` fully determines the start state (protocol default: True)."""
+    return bool(getattr(env, "keyed_reset", True))
+
+
+def spec_of(env, env_params, env_id: str, library: str) -> EnvSpec:
+    """The :class:`EnvSpec` of a protocol env: its spaces, ``params.max_steps_in_episode`` and the
+    optional attributes.
+
+    The observation's shape and dtype are those ``env.reset`` returns (``jax.eval_shape``: traced,
+    not run), which must agree with ``observation_space``'s shape: gymnax's own spaces misstate the
+    dtype of some envs (Catch-bsuite says int32 and returns float32, FourRooms-misc the reverse). An
+    action space other than ``Discrete``/``Box`` is a ``ValueError``."""
+    import jax
+    from gymnax.environments import spaces
+
+    obs = jax.eval_shape(env.reset, jax.random.PRNGKey(0), env_params)[0]
+    obs_space = env.observation_space(env_params)
+    if tuple(obs_space.shape) != tuple(obs.shape):
+        raise ValueError(f"{env_id}: observation_space has shape {tuple(obs_space.shape)} but reset "
+                         f"returns {tuple(obs.shape)}")
+    space = env.action_space(env_params)
+    if isinstance(space, spaces.Discrete):
+        discrete, num_actions, low, high = True, int(space.n), None, None
+    elif isinstance(space, spaces.Box):
+        discrete = False
+        num_actions = int(np.prod(space.shape))
+        low = tuple(np.broadcast_to(np.asarray(space.low, np.float32), (num_actions,)).tolist())
+        high = tuple(np.broadcast_to(np.asarray(space.high, np.float32), (num_actions,)).tolist())
+    else:
+        raise ValueError(f"{env_id}: unsupported action space {space!r} (the protocol's spaces are "
+                         "gymnax's Discrete and Box)")
+    action_mask = bool(getattr(env, "action_mask", False))
+    if action_mask and not discrete:
+        raise ValueError(f"{env_id}: action_mask = True needs a Discrete action space")
+    max_steps = int(getattr(env_params, "max_steps_in_episode", 0) or 0)
+    vocab = getattr(env, "vocab", None)
+    return EnvSpec(env_id, tuple(int(d) for d in obs.shape), discrete, num_actions, low, high,
+                   max_steps, tuple(vocab) if vocab is not None else None, np.dtype(obs.dtype).name,
+                   action_mask, library, keyed_reset(env))
