@@ -107,22 +107,16 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         log_prob = dist.log_prob(dist_params, mb.action)
         advantages = (losses.normalize(mb.advantages, mask=mb.mask) if cfg.normalize_advantages
                       else mb.advantages)
-        surrogate = losses.clipped_surrogate(log_prob, mb.log_prob_old, advantages, hparams["clip_eps"])
         values = value.episode_apply(params["critic"], mb.obs, mb.action)
-        value_loss = losses.value_loss(values, mb.value_old, mb.returns,
-                                       hparams["clip_eps"] if cfg.clip_value else None)
-        entropy = dist.entropy(dist_params)
 
-        def mean(x):
+        def mean(x):  # over real tokens
             return losses.masked_reduce(x, mb.mask, "token")
 
-        policy_loss, value_loss, entropy = -mean(surrogate), mean(value_loss), mean(entropy)
-        total = policy_loss + hparams["vf_coef"] * value_loss - hparams["ent_coef"] * entropy
-        return total, {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy,
-                       "approx_kl": mean(losses.approx_kl(log_prob, mb.log_prob_old)),
-                       "clip_frac": mean(losses.clip_fraction(log_prob, mb.log_prob_old,
-                                                              hparams["clip_eps"])),
-                       "kl_ref": mean(losses.k3_kl(log_prob, mb.log_prob_ref))}
+        total, diagnostics = losses.ppo_objective(log_prob, mb.log_prob_old, advantages, values,
+                                                  mb.value_old, mb.returns, dist.entropy(dist_params),
+                                                  hparams, cfg.clip_value, mean)
+        diagnostics["kl_ref"] = mean(losses.k3_kl(log_prob, mb.log_prob_ref))
+        return total, diagnostics
 
     def update(state: TokenPPOState, hparams, update_idx):
         key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
