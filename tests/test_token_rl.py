@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxrl_opt import envs, rollout, runner, sft
+from purejaxrl_opt import envs, pretrained, rollout, runner, sft
 from purejaxrl_opt.algos import make_algorithm
 from purejaxrl_opt.config import ConfigError, EnvConfig, GRPOConfig, NetworkConfig, PPOConfig, RunConfig, \
     TRPOConfig
@@ -81,9 +81,10 @@ def test_sft_loss_falls_and_training_accuracy_rises(sft_run):
     rows = np.genfromtxt(out / "metrics.csv", delimiter=",", names=True)
     assert rows["loss"][-1] < 0.5 * rows["loss"][0]
     assert rows["train_accuracy"][0] < 0.3 and summary["train_accuracy"] > 0.8
-    assert (out / "checkpoint" / "params.msgpack").is_file() and (out / "examples.txt").is_file()
-    meta = json.loads((out / "checkpoint" / "meta.json").read_text())
+    assert (out / "checkpoint" / "0").is_dir() and (out / "examples.txt").is_file()  # orbax
+    meta = pretrained.read_meta(str(out))
     assert meta["vocab"] == list(envs.make("Addition-v0", {})[2].vocab)
+    assert set(meta["network"]) == set(pretrained.NETWORK_KEYS) and "structure" in meta
 
 
 def test_sft_schedule_warms_up_then_decays_and_bad_values_are_refused():
@@ -235,13 +236,23 @@ def test_init_from_refuses_other_architectures_vocabularies_and_buffers(sft_run,
     with pytest.raises(ConfigError, match="max_len"):  # 2-digit prompts: a longer buffer
         make_algorithm(token_run(GRPOConfig(), env_params={"min_digits": 2, "max_digits": 2},
                                  init_from=str(out)))
+    # the same parameters saved with another vocabulary in their fingerprint
+    meta = pretrained.read_meta(str(out))
+    meta = {k: v for k, v in meta.items() if k != "structure"}
+    params = sft.load_policy(str(out), NET, envs.make("Addition-v0", dict(ONE_DIGIT))[2])
     edited = tmp_path / "edited"
-    shutil.copytree(out / "checkpoint", edited)
-    meta = json.loads((edited / "meta.json").read_text())
-    meta["vocab"] = meta["vocab"][:-1] + ["*"]
-    (edited / "meta.json").write_text(json.dumps(meta))
+    pretrained.save_checkpoint(edited, params, {**meta, "vocab": meta["vocab"][:-1] + ["*"]})
     with pytest.raises(ConfigError, match="vocabulary mismatch"):
         make_algorithm(token_run(GRPOConfig(), init_from=str(edited)))
+    # a leaf whose data no longer matches the digest recorded when it was saved: refused as corrupt
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(out / "checkpoint", corrupt)
+    manifest_file = corrupt / "0" / "manifest" / "metadata"  # orbax's JSON item
+    manifest = json.loads(manifest_file.read_text())
+    manifest["digests"][next(iter(manifest["digests"]))] = "0" * 64
+    manifest_file.write_text(json.dumps(manifest))
+    with pytest.raises(ConfigError, match="init_from.*corrupt"):
+        make_algorithm(token_run(GRPOConfig(), init_from=str(corrupt)))
     with pytest.raises(ConfigError, match="init_from"):
         make_algorithm(token_run(GRPOConfig(), init_from=str(tmp_path / "missing")))
     with pytest.raises(ConfigError, match="init_from"):
