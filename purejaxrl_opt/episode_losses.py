@@ -146,33 +146,3 @@ def buffer_bytes(num_seeds: int, num_episodes: int, num_steps: int, obs_shape, n
              else net.num_layers * net.d_model * (net.mlp_ratio + 4) * obs_size)  # per sequence
     activations = 2 * num_steps * (num_episodes // num_minibatches) * width * _FLOAT_BYTES
     return num_seeds * (buffer + activations)
-
-
-def masked_obs_norm_update_blocks(state: envs.ObsNormState, obs: jnp.ndarray, mask: jnp.ndarray,
-                                  num_blocks, block_steps: int) -> envs.ObsNormState:
-    """:func:`purejaxrl_opt.envs.obs_norm_update` (masked) reading only the first ``num_blocks`` time blocks of
-    ``obs [S, B, *obs_shape]`` (two passes: weighted mean, then weighted squared deviations)."""
-    shape = state.mean.shape
-
-    def _weighted(start):
-        weights = time_block(mask, start, block_steps).reshape(-1).astype(jnp.float32)
-        x = time_block(obs, start, block_steps).reshape((-1,) + shape).astype(jnp.float32)
-        return weights, weights.reshape((-1,) + (1,) * len(shape)), x
-
-    def _sums(b, acc):
-        weights, weights_b, x = _weighted(b * block_steps)
-        return acc[0] + weights.sum(), acc[1] + jnp.sum(x * weights_b, 0)
-
-    count, total = jax.lax.fori_loop(0, num_blocks, _sums, (jnp.zeros(()), jnp.zeros(shape)))
-    count = jnp.maximum(count, 1.0)
-    batch_mean = total / count
-
-    def _squares(b, acc):
-        _, weights_b, x = _weighted(b * block_steps)
-        return acc + jnp.sum(weights_b * (x - batch_mean) ** 2, 0)
-
-    batch_var = jax.lax.fori_loop(0, num_blocks, _squares, jnp.zeros(shape)) / count
-    delta = batch_mean - state.mean
-    total_count = state.count + count
-    m2 = state.var * state.count + batch_var * count + delta**2 * state.count * count / total_count
-    return envs.ObsNormState(state.mean + delta * count / total_count, m2 / total_count, total_count)

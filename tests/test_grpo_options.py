@@ -196,6 +196,36 @@ def test_overlong_buffer_must_be_below_the_answer_limit():
 
 
 # --------------------------------------------------------------------------- the reference, counters
+def test_reference_is_scored_with_frozen_observation_statistics():
+    """With env.normalize_obs, an update moves the running statistics; pi_ref's log-probs on the
+    same raw observations do not move (its statistics are frozen with its parameters), while
+    scoring the reference parameters with the current statistics would. At the refresh
+    (ref_update_every=2: after the second update) parameters and statistics move together."""
+    run = RunConfig(algo=GRPOConfig(num_groups=2, group_size=2, num_minibatches=1, update_epochs=1,
+                                    ref_update_every=2, lr=0.05, max_episode_steps=16),
+                    env=EnvConfig(id="CartPole-v1", normalize_obs=True), total_timesteps=1000)
+    run.validate()
+    algo = algos.make_algorithm(run)
+    hparams = algo.default_hparams()
+    update = jax.jit(algo.update)
+    state0 = algo.init(jax.random.PRNGKey(0), hparams)
+    state1, _ = update(state0, hparams, jnp.asarray(0))
+    state2, _ = update(state1, hparams, jnp.asarray(1))
+    assert not np.allclose(state1.obs_norm.mean, state0.obs_norm.mean)  # the statistics moved
+    obs = jax.random.normal(jax.random.PRNGKey(1), (3, 5, 4)) * 2.0
+    action = jnp.zeros((3, 5), jnp.int32)
+
+    def ref(state):
+        return np.asarray(grpo.reference_log_probs(algo.policy, algo.dist, state, obs, action))
+
+    np.testing.assert_array_equal(ref(state1), ref(state0))
+    moving = state1.replace(ref_obs_norm=state1.obs_norm)  # the moving target it used to be
+    assert np.abs(ref(moving) - ref(state0)).max() > 1e-4
+    for new, snap in zip(jax.tree_util.tree_leaves((state2.params["actor"], state2.obs_norm)),
+                         jax.tree_util.tree_leaves((state2.ref_params, state2.ref_obs_norm))):
+        np.testing.assert_array_equal(new, snap)
+
+
 def test_step_counters_are_exact_past_float32():
     """The budget counters are unsigned ints: 2^24 + 1 steps is not 2^24 (float32 would round it,
     and a lane with that budget would never stop)."""

@@ -24,6 +24,10 @@ whole episodes and steps after an episode's end count nowhere. Variants, each a 
   spread, :func:`select_groups`), ``overlong_buffer`` (soft length penalty, :func:`overlong_penalty`)
   and, with TRL, ``mask_truncated_completions`` (token envs).
 
+``pi_ref`` is frozen: its parameters *and* the observation statistics it is scored with
+(``env.normalize_obs``) are snapshotted together, at the start and every ``ref_update_every``
+updates, so the KL pulls toward a fixed policy of the raw observation.
+
 Env-step budget: ``total_timesteps`` counts real (unmasked) episode steps, as PPO's and TRPO's count
 env steps; every rolled episode counts, also those dynamic sampling drops. A lane runs updates
 while its consumed steps are below ``total_timesteps`` (a ``while_loop`` over updates,
@@ -56,7 +60,7 @@ from purejaxrl_opt.config import GRPOConfig, RunConfig
 from purejaxrl_opt.distributions import for_spec
 from purejaxrl_opt.envs import EnvSpec
 from purejaxrl_opt.episode_losses import (EpisodeBuffers, block_log_probs, buffer_bytes,
-                                          make_block_grad_fn, masked_obs_norm_update_blocks)
+                                          make_block_grad_fn)
 from purejaxrl_opt.errors import ConfigError
 from purejaxrl_opt.optim import adam, minibatch_epochs
 from purejaxrl_opt.policies import Policy, as_policy, make_policy
@@ -81,6 +85,9 @@ class GRPOState:
     obs_norm: envs.ObsNormState | None
     env_steps: jnp.ndarray  # uint32: unmasked env steps consumed by this lane (for the budget)
     key: jax.Array
+    # the observation statistics pi_ref is scored with, frozen with ref_params (None without
+    # env.normalize_obs)
+    ref_obs_norm: envs.ObsNormState | None = None
 
 
 class Minibatch(struct.PyTreeNode):
@@ -294,8 +301,9 @@ def make_block_objective(cfg: GRPOConfig):
 
 
 def reference_log_probs(policy: Policy, dist, state: GRPOState, obs, action) -> jnp.ndarray:
-    """``log pi_ref(action | obs)`` for whole episodes ``obs [E, T, *obs_shape]`` (raw)."""
-    ref_obs = envs.obs_norm_apply(state.obs_norm, obs)
+    """``log pi_ref(action | obs)`` for whole episodes ``obs [E, T, *obs_shape]`` (raw), with the
+    reference's own frozen parameters and observation statistics."""
+    ref_obs = envs.obs_norm_apply(state.ref_obs_norm, obs)
     return dist.log_prob(policy.episode_apply(state.ref_params, ref_obs, action), action)
 
 
@@ -367,7 +375,8 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         params = {"actor": actor_params}
         opt_state = adam(hparams, hparams["lr"]).init(ravel_pytree(params)[0])
         obs_norm = envs.obs_norm_init(spec.obs_shape) if run.env.normalize_obs else None
-        return GRPOState(params, actor_params, opt_state, obs_norm, jnp.zeros((), jnp.uint32), key)
+        return GRPOState(params, actor_params, opt_state, obs_norm, jnp.zeros((), jnp.uint32), key,
+                         ref_obs_norm=obs_norm)
 
     def _optimise_full(state: GRPOState, batch: rollout.GroupBatch, hparams, optimizer, shuffle_key):
         """Whole ``[E, T]`` episodes per minibatch (token envs, recurrent policies, GSPO)."""
@@ -394,7 +403,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         num_blocks = (rollout_steps + block_steps - 1) // block_steps
         advantages, outcomes, zero_spread = compute_advantages(cfg, batch.reward.T, batch.mask.T,
                                                                hparams)
-        log_prob_ref = block_log_probs(policy.apply, dist, state.ref_params, state.obs_norm,
+        log_prob_ref = block_log_probs(policy.apply, dist, state.ref_params, state.ref_obs_norm,
                                        batch.obs, batch.action, num_blocks, block_steps)
         data = EpisodeBuffers(batch.obs, batch.action, batch.log_prob, log_prob_ref, advantages.T,
                               batch.mask, batch.lengths)
@@ -406,10 +415,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         flat_params, opt_state, diagnostics = minibatch_epochs(
             grad_fn, optimizer, flat_params, state.opt_state, jnp.arange(num_episodes), num_episodes,
             cfg.num_minibatches, jax.random.split(shuffle_key, cfg.update_epochs))
-        obs_norm = (masked_obs_norm_update_blocks(state.obs_norm, batch.obs, batch.mask, num_blocks,
-                                                  block_steps)
-                    if state.obs_norm is not None else None)
-        return unravel(flat_params), opt_state, diagnostics, outcomes, zero_spread, obs_norm
+        return unravel(flat_params), opt_state, diagnostics, outcomes, zero_spread
 
     def update(state: GRPOState, hparams, update_idx):
         key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
@@ -432,19 +438,20 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
             spread = group_signal(cfg, batch.reward.T, batch.mask.T, hparams, num_sampled)[2]
             batch = take_groups(batch, select_groups(spread, cfg.num_groups), cfg.group_size)
         if blocks:
-            params, opt_state, diagnostics, outcomes, zero_spread, obs_norm = _optimise_blocks(
+            params, opt_state, diagnostics, outcomes, zero_spread = _optimise_blocks(
                 state, batch, rollout_steps, hparams, optimizer, shuffle_key)
         else:
             params, opt_state, diagnostics, outcomes, zero_spread = _optimise_full(
                 state, batch, hparams, optimizer, shuffle_key)
-            obs_norm = (envs.obs_norm_update(state.obs_norm, batch.obs, batch.mask)
-                        if state.obs_norm is not None else None)
+        obs_norm = (envs.obs_norm_update(state.obs_norm, batch.obs, batch.mask)
+                    if state.obs_norm is not None else None)
 
-        ref_params = state.ref_params
-        if cfg.ref_update_every > 0:
+        ref_params, ref_obs_norm = state.ref_params, state.ref_obs_norm
+        if cfg.ref_update_every > 0:  # pi_ref <- pi_theta: parameters and statistics together
             refresh = (update_idx + 1) % cfg.ref_update_every == 0
-            ref_params = jax.tree_util.tree_map(lambda new, old: jnp.where(refresh, new, old),
-                                                params["actor"], ref_params)
+            ref_params, ref_obs_norm = jax.tree_util.tree_map(
+                lambda new, old: jnp.where(refresh, new, old),
+                (params["actor"], obs_norm), (ref_params, ref_obs_norm))
         env_steps = sampled.lengths.sum()
         metrics = {k: v.mean() for k, v in diagnostics.items()}
         metrics.update(
@@ -458,7 +465,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
                            spread_fraction=spread.mean())
         metrics.update(reward_metrics(env, sampled.reward_terms))
         new_state = GRPOState(params, ref_params, opt_state, obs_norm,
-                              state.env_steps + env_steps.astype(jnp.uint32), key)
+                              state.env_steps + env_steps.astype(jnp.uint32), key, ref_obs_norm)
         return new_state, metrics
 
     def lane_active(state: GRPOState):
