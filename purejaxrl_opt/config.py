@@ -159,7 +159,9 @@ class _ActorCriticConfig(AlgoConfig):
         return self.num_envs * self.num_steps
 
     def num_updates(self, total_timesteps: int, episode_limit: int = 0) -> int:
-        """Whole ``num_envs x num_steps`` batches that fit in the budget (at least one)."""
+        """Whole ``num_envs x num_steps`` batches that fit in the budget (at least one): on gymnax
+        envs every step is a real env step. PPO on a token env counts real answer tokens instead
+        and runs until they reach the budget (``algos/ppo_tokens.py``, its own buffer size)."""
         return max(total_timesteps // self.batch_env_steps(), 1)
 
     def _validate_rollout(self, prefix: str, run: "RunConfig") -> None:

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxrl_opt import envs, pretrained, rollout, runner, sft
+from purejaxrl_opt import algos, envs, pretrained, rollout, runner, sft
 from purejaxrl_opt.algos import make_algorithm
 from purejaxrl_opt.config import ConfigError, EnvConfig, GRPOConfig, NetworkConfig, PPOConfig, RunConfig, \
     TRPOConfig
@@ -209,6 +209,26 @@ def test_rl_from_the_sft_start_evaluates_held_out_prompts_periodically(sft_run, 
     assert 0 <= result.summary["eval_accuracy"] <= 1 and result.summary["eval_split"] == "test"
     examples = (tmp_path / "examples.txt").read_text().splitlines()
     assert len(examples) > 10 and "=" in examples[1] and ("[correct]" in examples[1] or "[wrong]" in examples[1])
+
+
+def test_token_ppo_budget_counts_real_answer_tokens():
+    """total_timesteps counts answer tokens (unmasked steps), not num_envs x num_steps: answers that
+    end with <eos> before the limit leave room for more updates; a lane stops within one update
+    above the budget, the rows after stay NaN, and the counter is an exact unsigned int."""
+    cfg = PPOConfig(num_envs=16, num_steps=3, update_epochs=1, num_minibatches=1, gamma=1.0)
+    run = token_run(cfg, total_timesteps=200, eval_episodes=4)
+    algo = make_algorithm(run)
+    assert algo.num_updates == 13  # ceil(200 / 16): answers of one token would need that many
+    out = jax.jit(algos.make_train(run))(jax.random.PRNGKey(0))
+    steps = np.asarray(out.metrics["env_steps"])
+    ran = np.isfinite(steps)
+    per_update = np.diff(np.concatenate([[0.0], steps[ran]]))
+    np.testing.assert_allclose(per_update, 16 * np.asarray(out.metrics["episode_length"])[ran], rtol=1e-6)
+    assert np.all(per_update < 16 * 3)  # some answers end before the 3-token limit
+    assert steps[ran][-1] >= 200 > steps[ran][-2]
+    assert ran.sum() > 200 // (16 * 3) and not ran[ran.sum():].any()
+    state = out.loop.algo_state
+    assert state.env_steps.dtype == jnp.uint32 and int(state.env_steps) == int(steps[ran][-1])
 
 
 # --------------------------------------------------------------------------- bad input
