@@ -266,3 +266,24 @@ def test_dapo_style_gspo_run_on_a_token_env_counts_every_sampled_step():
     assert np.all((metrics["kept_fraction"][ran] >= 0) & (metrics["kept_fraction"][ran] <= 1))
     # the kept groups are those with spread first: at least as many as among all sampled ones
     assert np.all(metrics["kept_fraction"][ran] + 1e-6 >= np.minimum(1.0, 2 * metrics["spread_fraction"][ran]))
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_dynamic_sampling_and_gspo_on_a_gymnax_env(level):
+    """Catch (every episode 9 steps): 2x oversampling rolls 2 x 2 groups x 2 episodes = 72 steps an
+    update, all counted; the block path (token ratio) and the whole-episode path (GSPO's sequence
+    ratio, which the block path cannot cut) both train."""
+    run = RunConfig(algo=GRPOConfig(num_groups=2, group_size=2, num_minibatches=2,
+                                    dynamic_sampling_oversample=2, importance_sampling_level=level),
+                    env=EnvConfig(id="Catch-bsuite"), total_timesteps=300)
+    run.validate()
+    algo = algos.make_algorithm(run)
+    assert grpo.uses_block_path(algo.spec, algo.policy, run.algo) == (level == "token")
+    out = jax.jit(algos.make_train(run))(jax.random.PRNGKey(0))
+    steps = np.asarray(out.metrics["env_steps"])
+    ran = np.isfinite(steps)
+    np.testing.assert_array_equal(steps[ran], 72 * np.arange(1, 6))  # ceil(300 / 72) = 5 updates
+    np.testing.assert_array_equal(np.asarray(out.metrics["episodes"])[ran], 8)
+    assert np.all(np.isfinite(np.asarray(out.metrics["policy_loss"])[ran]))
+    kept = np.asarray(out.metrics["kept_fraction"])[ran]
+    assert np.all((kept >= 0) & (kept <= 1))
