@@ -38,8 +38,23 @@ METHODS = {
     "grpo": ("algo=grpo", []),
     "grpo_beta0": ("algo=grpo", ["algo.beta=0.0"]),
     "dr_grpo": ("algo=grpo", ["algo.scale_rewards=none", "algo.loss_norm=constant"]),
+    # GSPO as TRL documents its reproduction of the paper: sequence-level ratio, no KL, the paper's
+    # clip range (a length-normalised sequence ratio stays far closer to 1 than a token's)
+    "gspo": ("algo=grpo", ["algo.importance_sampling_level=sequence", "algo.beta=0.0",
+                           "algo.epsilon=3e-4", "algo.epsilon_high=4e-4"]),
+    # DAPO-style: token-level reduction, clip-higher, no KL, dynamic sampling (2x oversampled groups,
+    # train on those with spread), truncated answers masked
+    "dapo": ("algo=grpo", ["algo.loss_type=dapo", "algo.epsilon_high=0.28", "algo.beta=0.0",
+                           "algo.dynamic_sampling_oversample=2", "algo.mask_truncated_completions=true"]),
     "ppo": ("algo=ppo", []),
 }
+
+
+def git_commit() -> str:
+    """HEAD, with ``+dirty`` when tracked files differ from it."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT).returncode != 0
+    return head + ("+dirty" if dirty else "")
 
 
 def run(cmd: list[str], log: Path) -> None:
@@ -157,6 +172,8 @@ def main() -> None:
             "num_seeds": summary["num_seeds"],
             "config": {k: summary["config"]["algo"].get(k) for k in
                        ("num_groups", "group_size", "num_envs", "beta", "scale_rewards", "loss_norm",
+                        "loss_type", "importance_sampling_level", "epsilon", "epsilon_high",
+                        "dynamic_sampling_oversample", "mask_truncated_completions",
                         "lr", "update_epochs", "num_minibatches") if k in summary["config"]["algo"]},
             "run_dir": str(run_dir),
         }
@@ -166,7 +183,8 @@ def main() -> None:
                      "train_accuracy": sft_summary["train_accuracy"],
                      "examples": sft_summary["examples"], "run_dir": str(sft_dir)},
              "methods": results, "target": args.target,
-             "command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:])}
+             "command": " ".join(["python", "experiments/" + Path(sys.argv[0]).name] + sys.argv[1:]),
+             "commit": git_commit()}
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = args.stem or ("compare_tokens" if args.env == "Addition-v0" else f"compare_{args.env.lower()}")
     (RESULTS / f"{stem}.json").write_text(json.dumps(table, indent=2))
@@ -174,7 +192,8 @@ def main() -> None:
     def mb(x):
         return f"{x / 2**20:.0f}" if x else "n/a"
 
-    lines = [f"SFT start: held-out greedy accuracy {sft_summary['eval_accuracy']:.3f} "
+    lines = [f"Command: `{table['command']}` at commit `{table['commit']}`", "",
+             f"SFT start: held-out greedy accuracy {sft_summary['eval_accuracy']:.3f} "
              f"({sft_summary['examples']} examples; training-prompt accuracy "
              f"{sft_summary['train_accuracy']:.3f})", "",
              f"| method | greedy acc (mean; per seed) | gain over SFT | sampled acc | s to {args.target} | "

@@ -268,3 +268,80 @@ def check_resume_dir(resume: str) -> None:
         raise ConfigError(f"config key 'resume' = {resume!r}: no checkpoint in "
                           f"{checkpoint_dir(resume)} (a run writes checkpoints with "
                           "checkpoint.every_updates=N, and its final one with checkpoint.final=true)")
+
+
+# --------------------------------------------------------------------------- single pytrees
+def save_tree(directory: str | os.PathLike, tree, manifest: dict) -> None:
+    """One pytree (e.g. a supervised policy's params) as an orbax checkpoint in the same format as
+    the training state's: ``directory/0/`` with items ``state`` (leaves ``leaf_0000 ...``) and
+    ``manifest`` (``manifest`` plus ``format``, every leaf's path, shape and dtype under
+    ``fingerprint.structure`` and a SHA-256 of every leaf under ``digests``). Written atomically by
+    orbax; an existing checkpoint in ``directory`` is replaced."""
+    import shutil
+
+    ocp = _ocp()
+    directory = Path(directory).absolute()
+    shutil.rmtree(directory, ignore_errors=True)
+    host = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(jax.device_get(tree))]
+    paths = _leaf_paths(tree)
+    full = {**manifest, "format": FORMAT,
+            "fingerprint": {**manifest.get("fingerprint", {}),
+                            "structure": {p: [list(a.shape), str(a.dtype)] for p, a in zip(paths, host)}},
+            "digests": {p: _digest(a) for p, a in zip(paths, host)}}
+    manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(create=True),
+                                    item_names=("state", "manifest"))
+    manager.save(0, args=ocp.args.Composite(
+        state=ocp.args.StandardSave({f"leaf_{i:04d}": a for i, a in enumerate(host)}),
+        manifest=ocp.args.JsonSave(full)))
+    manager.wait_until_finished()
+    manager.close()
+
+
+def read_tree_manifest(directory: str | os.PathLike) -> dict:
+    """The manifest of a :func:`save_tree` checkpoint (CheckpointError if there is none)."""
+    ocp = _ocp()
+    directory = Path(directory).absolute()
+    if not (directory / "0").is_dir():
+        raise CheckpointError(f"no checkpoint in {directory}")
+    try:
+        manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(
+            read_only=True, create=False), item_names=("state", "manifest"))
+        manifest = manager.restore(0, args=ocp.args.Composite(manifest=ocp.args.JsonRestore())).manifest
+        manager.close()
+    except Exception as error:  # noqa: BLE001
+        raise CheckpointError(f"checkpoint {directory} is corrupt or unreadable ({error})") from error
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise CheckpointError(f"checkpoint {directory} is not a purejaxrl_opt checkpoint")
+    return manifest
+
+
+def restore_tree(directory: str | os.PathLike, template) -> tuple[Any, dict]:
+    """``(tree, manifest)`` of a :func:`save_tree` checkpoint, in the structure of ``template``
+    (arrays or shape/dtype structs); CheckpointError when the leaves' paths, shapes or dtypes differ
+    from the template's or a leaf's data does not match its digest."""
+    ocp = _ocp()
+    directory = Path(directory).absolute()
+    manifest = read_tree_manifest(directory)
+    leaves, treedef = jax.tree_util.tree_flatten(template)
+    paths = _leaf_paths(template)
+    expected = {p: [list(leaf.shape), str(np.dtype(leaf.dtype))] for p, leaf in zip(paths, leaves)}
+    saved = manifest["fingerprint"].get("structure", {})
+    if saved != expected:
+        diff = [f"{p}: checkpoint has {saved.get(p, 'nothing')}, expected {expected.get(p, 'nothing')}"
+                for p in sorted(set(saved) | set(expected)) if saved.get(p) != expected.get(p)]
+        raise CheckpointError(f"checkpoint {directory} holds other arrays: " + "; ".join(diff[:6]))
+    target = {f"leaf_{i:04d}": np.zeros(leaf.shape, leaf.dtype) for i, leaf in enumerate(leaves)}
+    try:
+        manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(
+            read_only=True, create=False), item_names=("state", "manifest"))
+        state = manager.restore(0, args=ocp.args.Composite(state=ocp.args.StandardRestore(target))).state
+        manager.close()
+    except Exception as error:  # noqa: BLE001
+        raise CheckpointError(f"checkpoint {directory} is corrupt or unreadable ({type(error).__name__}: "
+                              f"{error})") from error
+    host = [np.asarray(state[f"leaf_{i:04d}"]) for i in range(len(leaves))]
+    for path, array in zip(paths, host):
+        if _digest(array) != manifest["digests"].get(path):
+            raise CheckpointError(f"checkpoint {directory} is corrupt: the data of leaf {path} does "
+                                  "not match the digest recorded when it was saved")
+    return jax.tree_util.tree_unflatten(treedef, host), manifest

@@ -162,7 +162,9 @@ class _ActorCriticConfig(AlgoConfig):
         return self.num_envs * self.num_steps
 
     def num_updates(self, total_timesteps: int, episode_limit: int = 0) -> int:
-        """Whole ``num_envs x num_steps`` batches that fit in the budget (at least one)."""
+        """Whole ``num_envs x num_steps`` batches that fit in the budget (at least one): on gymnax
+        envs every step is a real env step. PPO on a token env counts real answer tokens instead
+        and runs until they reach the budget (``algos/ppo_tokens.py``, its own buffer size)."""
         return max(total_timesteps // self.batch_env_steps(), 1)
 
     def _validate_rollout(self, prefix: str, run: "RunConfig") -> None:
@@ -267,9 +269,36 @@ class GRPOConfig(AlgoConfig):
     process_supervision: bool = False  # per-step rewards normalised over the group
     scale_rewards: str = "group"  # group | batch | none (Dr. GRPO)
     loss_norm: str = "sequence"  # sequence (paper) | token (DAPO) | constant (Dr. GRPO)
+    # TRL GRPOTrainer's name for the reduction; "" = loss_norm as given. Each maps onto a loss_norm
+    # (LOSS_TYPES): grpo -> sequence, bnpo -> token, dr_grpo -> constant, dapo -> token. TRL's dapo
+    # and bnpo differ only in normalising by the tokens of the whole accumulated (multi-process)
+    # batch vs the local one; here an optimizer step is one minibatch on one device, so they coincide.
+    # Rewards scaling stays scale_rewards' (TRL's too: dr_grpo does not set scale_rewards=none)
+    loss_type: str = ""
+    # token: per-token ratio pi/pi_old (GRPO); sequence: GSPO's length-normalised sequence ratio
+    # exp(mean_t log(pi/pi_old)) shared by every token of an episode (whole-episode loss path)
+    importance_sampling_level: str = "token"
     epsilon: float = 0.2
     epsilon_high: float = 0.0  # 0 = symmetric clip (epsilon); > epsilon = DAPO clip-higher
+    # two-sided clipping (INTELLECT-2, TRL's delta): the unclipped ratio is capped at delta, bounding
+    # the loss of negative-advantage tokens whose ratio grew; 0 = off, else > 1 + epsilon_high
+    delta: float = 0.0
     beta: float = 0.04
+    # weight k3 by pi_theta/pi_old (losses.k3_kl): its mean is then KL(pi_theta || pi_ref) in every
+    # epoch, not only while pi_theta == pi_old. false = DeepSeekMath's and TRL's unweighted k3
+    kl_importance_weight: bool = False
+    # token envs: answers that reach the length limit without <eos> add nothing to the loss (they
+    # still count in their group's reward statistics, as in TRL)
+    mask_truncated_completions: bool = False
+    # DAPO dynamic sampling: roll num_groups * this many groups, keep (up to) num_groups whose
+    # rewards have spread, fill any remaining slots with zero-spread groups (zero advantage). All
+    # rolled steps count in the budget. 1 = off
+    dynamic_sampling_oversample: int = 1
+    # DAPO overlong soft punishment (token envs): an answer of length |o| > T - overlong_buffer (T:
+    # the answer limit) gets reward overlong_penalty * (T - overlong_buffer - |o|) / overlong_buffer
+    # (down to -overlong_penalty at T) on its last token; 0 = off
+    overlong_buffer: int = 0
+    overlong_penalty: float = 1.0
     ref_update_every: int = 0  # 0 = pi_ref fixed at the initial policy
     update_epochs: int = 4  # 1 x 1 (one step per batch, as in the paper) learns CartPole ~10x slower
     num_minibatches: int = 4
@@ -291,6 +320,19 @@ class GRPOConfig(AlgoConfig):
     SCALES: ClassVar[tuple[str, ...]] = ("group", "batch", "none")
     NORMS: ClassVar[tuple[str, ...]] = ("sequence", "token", "constant")
     GROUPINGS: ClassVar[tuple[str, ...]] = ("same_start", "unrelated")
+    LOSS_TYPES: ClassVar[dict[str, str]] = {"grpo": "sequence", "bnpo": "token", "dr_grpo": "constant",
+                                            "dapo": "token"}
+    IS_LEVELS: ClassVar[tuple[str, ...]] = ("token", "sequence")
+
+    @property
+    def reduction(self) -> str:
+        """The loss reduction in force: ``loss_type``'s ``loss_norm`` when set, else ``loss_norm``."""
+        return self.LOSS_TYPES[self.loss_type] if self.loss_type else self.loss_norm
+
+    @property
+    def num_sampled_groups(self) -> int:
+        """Groups rolled per update: ``num_groups * dynamic_sampling_oversample``."""
+        return self.num_groups * self.dynamic_sampling_oversample
 
     def batch_env_steps(self) -> int:
         """Worst case of one update when ``max_episode_steps`` is set (else per step of the limit).
@@ -322,9 +364,31 @@ class GRPOConfig(AlgoConfig):
         unit_interval(f"{prefix}.outcome_discount", self.outcome_discount)
         one_of(f"{prefix}.scale_rewards", self.scale_rewards, self.SCALES)
         one_of(f"{prefix}.loss_norm", self.loss_norm, self.NORMS)
+        _check(self.loss_type in ("",) + tuple(self.LOSS_TYPES), f"{prefix}.loss_type", self.loss_type,
+               f"'' (use loss_norm) or one of {list(self.LOSS_TYPES)}")
+        if self.loss_type:
+            mapped = self.LOSS_TYPES[self.loss_type]
+            _check(self.loss_norm in ("sequence", mapped), f"{prefix}.loss_norm", self.loss_norm,
+                   f"left at its default or {mapped!r} with {prefix}.loss_type={self.loss_type} (which "
+                   f"means loss_norm={mapped}); set one of the two keys")
+        one_of(f"{prefix}.importance_sampling_level", self.importance_sampling_level, self.IS_LEVELS)
         positive(f"{prefix}.epsilon", self.epsilon)
         _check(self.epsilon_high == 0 or self.epsilon_high >= self.epsilon, f"{prefix}.epsilon_high",
                self.epsilon_high, f"0 (symmetric) or >= epsilon = {self.epsilon}")
+        upper = 1 + max(self.epsilon, self.epsilon_high)
+        _check(self.delta == 0 or self.delta > upper, f"{prefix}.delta", self.delta,
+               f"0 (off) or > 1 + max(epsilon, epsilon_high) = {upper:g} (two-sided clipping caps the "
+               "ratio above the clip range)")
+        _check(self.dynamic_sampling_oversample >= 1, f"{prefix}.dynamic_sampling_oversample",
+               self.dynamic_sampling_oversample, "an int >= 1 (1 = no dynamic sampling)")
+        non_negative(f"{prefix}.overlong_buffer", self.overlong_buffer)
+        non_negative(f"{prefix}.overlong_penalty", self.overlong_penalty)
+        token_env = run.env.id in TOKEN_ENV_IDS or ":" in run.env.id
+        for key, on in (("mask_truncated_completions", self.mask_truncated_completions),
+                        ("overlong_buffer", self.overlong_buffer > 0)):
+            _check(not on or token_env, f"{prefix}.{key}", getattr(self, key),
+                   f"off on {run.env.id}: it concerns answers of a token env ({list(TOKEN_ENV_IDS)} "
+                   "or a user task)")
         non_negative(f"{prefix}.beta", self.beta)
         non_negative(f"{prefix}.ref_update_every", self.ref_update_every)
         positive(f"{prefix}.update_epochs", self.update_epochs)

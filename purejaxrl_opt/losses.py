@@ -10,15 +10,30 @@ import jax.numpy as jnp
 
 
 def clipped_surrogate(log_prob: jnp.ndarray, log_prob_old: jnp.ndarray, advantages: jnp.ndarray,
-                      clip_low, clip_high=None) -> jnp.ndarray:
+                      clip_low, clip_high=None, ratio_cap=None) -> jnp.ndarray:
     """Per-element PPO objective to *maximise*: ``min(r A, clip(r, 1-clip_low, 1+clip_high) A)``.
 
     ``r = exp(log_prob - log_prob_old)``; ``clip_high`` defaults to ``clip_low`` (symmetric PPO).
+    ``ratio_cap`` (two-sided clipping, INTELLECT-2; TRL's ``delta``): the unclipped term uses
+    ``min(r, ratio_cap)``, which bounds the objective where ``A < 0`` and ``r`` is large (there the
+    ``min`` picks the unclipped term, unbounded without the cap); where ``A > 0`` it changes nothing
+    once ``ratio_cap >= 1 + clip_high``.
     """
     clip_high = clip_low if clip_high is None else clip_high
     ratio = jnp.exp(log_prob - log_prob_old)
     clipped = jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    if ratio_cap is not None:
+        ratio = jnp.minimum(ratio, ratio_cap)
     return jnp.minimum(ratio * advantages, clipped * advantages)
+
+
+def sequence_log_ratio(log_prob: jnp.ndarray, log_prob_old: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
+    """GSPO's (Zheng et al. 2025) length-normalised sequence log-ratio, ``[E, T] -> [E, 1]``:
+    ``log s_i = (1/|o_i|) sum_{t unmasked} (log pi(o_it) - log pi_old(o_it))``, so that
+    ``s_i = (pi(o_i) / pi_old(o_i))^(1/|o_i|)``; every token of episode ``i`` shares it (TRL's
+    ``importance_sampling_level="sequence"``). An episode without unmasked steps gets 0."""
+    log_ratio = jnp.where(mask, log_prob - log_prob_old, 0.0)
+    return (log_ratio.sum(-1) / jnp.maximum(mask.sum(-1), 1))[:, None]
 
 
 def clip_fraction(log_prob: jnp.ndarray, log_prob_old: jnp.ndarray, clip_low, clip_high=None):
@@ -44,13 +59,39 @@ def value_loss(values: jnp.ndarray, values_old: jnp.ndarray, returns: jnp.ndarra
     return 0.5 * jnp.maximum(unclipped, jnp.square(clipped_values - returns))
 
 
-def k3_kl(log_prob: jnp.ndarray, log_prob_ref: jnp.ndarray) -> jnp.ndarray:
-    """Per-element k3 estimator of KL(pi || pi_ref) for actions sampled from pi (Schulman's k3).
+def k3_kl(log_prob: jnp.ndarray, log_prob_ref: jnp.ndarray, log_prob_old=None) -> jnp.ndarray:
+    """Per-element k3 estimator of KL(pi || pi_ref) (Schulman's k3): ``pi_ref/pi - log(pi_ref/pi) - 1``,
+    never negative.
 
-    ``pi_ref/pi - log(pi_ref/pi) - 1``; never negative, unbiased under ``a ~ pi``.
+    Unbiased only for actions sampled from ``pi`` itself. In GRPO the actions come from ``pi_old``
+    (the policy that rolled the batch): in the first epoch's first minibatch ``pi == pi_old`` and
+    it is unbiased; after that, unweighted, its mean is ``E_{a~pi_old}[k3]``, KL(pi || pi_ref)'s
+    k3 integrand averaged under the *old* policy (DeepSeekMath's and TRL's GRPOTrainer's choice).
+    With ``log_prob_old`` it is importance-weighted, ``(pi/pi_old) * k3``, whose mean under
+    ``a ~ pi_old`` is exactly KL(pi || pi_ref) at any ``pi``, and whose gradient is that of the KL
+    (the weight is differentiated too).
     """
     log_ratio = log_prob_ref - log_prob
-    return jnp.expm1(log_ratio) - log_ratio
+    k3 = jnp.expm1(log_ratio) - log_ratio
+    if log_prob_old is None:
+        return k3
+    return jnp.exp(log_prob - log_prob_old) * k3
+
+
+def ppo_objective(log_prob, log_prob_old, advantages, values, values_old, returns, entropy, hparams,
+                  clip_value: bool, mean) -> tuple[jnp.ndarray, dict]:
+    """PPO's loss to minimise, ``-surrogate + vf_coef * value_loss - ent_coef * entropy``, and its
+    diagnostics: :func:`clipped_surrogate` with ``hparams["clip_eps"]``, :func:`value_loss` (clipped
+    with the same ``clip_eps`` when ``clip_value``), every term reduced by ``mean`` (a plain mean
+    over samples; over unmasked tokens on token envs). Per-element arguments broadcast."""
+    clip_eps = hparams["clip_eps"]
+    policy_loss = -mean(clipped_surrogate(log_prob, log_prob_old, advantages, clip_eps))
+    value = mean(value_loss(values, values_old, returns, clip_eps if clip_value else None))
+    entropy = mean(entropy)
+    total = policy_loss + hparams["vf_coef"] * value - hparams["ent_coef"] * entropy
+    return total, {"policy_loss": policy_loss, "value_loss": value, "entropy": entropy,
+                   "approx_kl": mean(approx_kl(log_prob, log_prob_old)),
+                   "clip_frac": mean(clip_fraction(log_prob, log_prob_old, clip_eps))}
 
 
 def normalize(x: jnp.ndarray, eps: float = 1e-8, axis_name=None, mask=None) -> jnp.ndarray:

@@ -6,10 +6,11 @@ import jax
 import optax
 
 
-def adam(hparams, learning_rate) -> optax.GradientTransformation:
-    """Adam with global-norm clipping (``hparams["max_grad_norm"]``); the rate is applied outside
-    Adam's own state so it can be annealed or traced (a swept lane value)."""
-    return optax.chain(optax.clip_by_global_norm(hparams["max_grad_norm"]),
+def adam(hparams, learning_rate, max_grad_norm=None) -> optax.GradientTransformation:
+    """Adam with global-norm clipping (``max_grad_norm``, default ``hparams["max_grad_norm"]``); the
+    rate is applied outside Adam's own state so it can be annealed or traced (a swept lane value)."""
+    max_grad_norm = hparams["max_grad_norm"] if max_grad_norm is None else max_grad_norm
+    return optax.chain(optax.clip_by_global_norm(max_grad_norm),
                        optax.scale_by_adam(eps=1e-5), optax.scale(-learning_rate))
 
 

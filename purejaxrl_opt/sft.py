@@ -6,8 +6,8 @@
 The examples are ``sft.num_examples`` distinct training-split prompts (operand/string lengths in
 ``[sft.min_digits, sft.max_digits]``, default: the env's) with their correct answers. Training is one
 jitted function (Adam, ``sft.steps`` minibatch steps, the loss only on answer tokens). The run dir gets
-``checkpoint/`` (``params.msgpack`` + ``meta.json``: network, vocabulary, buffer length), ``summary.json``
-(loss; greedy accuracy on the training examples, an exact match with their reference answers, work
+``checkpoint/`` (orbax, the training checkpoints' format: the policy, and a manifest with network,
+vocabulary, buffer length and leaf digests), ``summary.json`` (loss; greedy accuracy on the training examples, an exact match with their reference answers, work
 included where the task writes work before its answer; greedy accuracy on held-out prompts by the
 task's own ``correct``), ``metrics.csv``
 and ``examples.txt``. RL runs start from it with ``init_from=<run dir>``: the policy and GRPO's

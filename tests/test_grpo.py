@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxrl_opt import algos, envs, losses, rollout
+from purejaxrl_opt import algos, envs, episode_losses, losses, rollout
 from purejaxrl_opt.algos import grpo
 from purejaxrl_opt.config import (ConfigError, EnvConfig, GRPOConfig, PPOConfig, RunConfig,
                                   hyperparameters)
@@ -255,11 +255,13 @@ def test_block_gradient_equals_the_full_gradient(rollouts, loss_norm, process):
         loss_fn = grpo.make_loss_fn(actor, dist, loss_norm)
         full_grads, full_diag = jax.grad(lambda p: loss_fn(p["actor"], full_mb, hparams),
                                          has_aux=True)({"actor": new_params})
-        data = grpo.EpisodeBuffers(padded(batch.obs), padded(batch.action), padded(batch.log_prob),
+        data = episode_losses.EpisodeBuffers(padded(batch.obs), padded(batch.action), padded(batch.log_prob),
                                    padded(log_prob_ref), padded(advantages.T), padded(batch.mask),
                                    batch.lengths)
         flat, unravel = jax.flatten_util.ravel_pytree({"actor": new_params})
-        block_grads = grpo.make_block_grad_fn(actor.apply, dist, loss_norm, block_steps, MAX_STEPS)
+        block_grads = episode_losses.make_block_grad_fn(
+            actor.apply, dist, grpo.make_block_objective(cfg), grpo.DIAGNOSTICS, loss_norm,
+            block_steps, MAX_STEPS)
         steps = batch.lengths.max().astype(jnp.int32)
         needed = (steps + block_steps - 1) // block_steps
         few = block_grads(flat, unravel, data, None, episodes, needed, hparams)

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxrl_opt import envs, rollout, runner, sft
+from purejaxrl_opt import algos, envs, pretrained, rollout, runner, sft
 from purejaxrl_opt.algos import make_algorithm
 from purejaxrl_opt.config import ConfigError, EnvConfig, GRPOConfig, NetworkConfig, PPOConfig, RunConfig, \
     TRPOConfig
@@ -82,9 +82,10 @@ def test_sft_loss_falls_and_training_accuracy_rises(sft_run):
     rows = np.genfromtxt(out / "metrics.csv", delimiter=",", names=True)
     assert rows["loss"][-1] < 0.5 * rows["loss"][0]
     assert rows["train_accuracy"][0] < 0.3 and summary["train_accuracy"] > 0.8
-    assert (out / "checkpoint" / "params.msgpack").is_file() and (out / "examples.txt").is_file()
-    meta = json.loads((out / "checkpoint" / "meta.json").read_text())
+    assert (out / "checkpoint" / "0").is_dir() and (out / "examples.txt").is_file()  # orbax
+    meta = pretrained.read_meta(str(out))
     assert meta["vocab"] == list(envs.make("Addition-v0", {})[2].vocab)
+    assert set(meta["network"]) == set(pretrained.NETWORK_KEYS) and "structure" in meta
 
 
 def test_sft_schedule_warms_up_then_decays_and_bad_values_are_refused():
@@ -211,6 +212,26 @@ def test_rl_from_the_sft_start_evaluates_held_out_prompts_periodically(sft_run, 
     assert len(examples) > 10 and "=" in examples[1] and ("[correct]" in examples[1] or "[wrong]" in examples[1])
 
 
+def test_token_ppo_budget_counts_real_answer_tokens():
+    """total_timesteps counts answer tokens (unmasked steps), not num_envs x num_steps: answers that
+    end with <eos> before the limit leave room for more updates; a lane stops within one update
+    above the budget, the rows after stay NaN, and the counter is an exact unsigned int."""
+    cfg = PPOConfig(num_envs=16, num_steps=3, update_epochs=1, num_minibatches=1, gamma=1.0)
+    run = token_run(cfg, total_timesteps=200, eval_episodes=4)
+    algo = make_algorithm(run)
+    assert algo.num_updates == 13  # ceil(200 / 16): answers of one token would need that many
+    out = jax.jit(algos.make_train(run))(jax.random.PRNGKey(0))
+    steps = np.asarray(out.metrics["env_steps"])
+    ran = np.isfinite(steps)
+    per_update = np.diff(np.concatenate([[0.0], steps[ran]]))
+    np.testing.assert_allclose(per_update, 16 * np.asarray(out.metrics["episode_length"])[ran], rtol=1e-6)
+    assert np.all(per_update < 16 * 3)  # some answers end before the 3-token limit
+    assert steps[ran][-1] >= 200 > steps[ran][-2]
+    assert ran.sum() > 200 // (16 * 3) and not ran[ran.sum():].any()
+    state = out.loop.algo_state
+    assert state.env_steps.dtype == jnp.uint32 and int(state.env_steps) == int(steps[ran][-1])
+
+
 # --------------------------------------------------------------------------- bad input
 def test_prompt_longer_than_the_buffer_fails_before_compiling():
     run = token_run(GRPOConfig(), env_params={"min_digits": 2, "max_digits": 2, "max_len": 6})
@@ -236,13 +257,23 @@ def test_init_from_refuses_other_architectures_vocabularies_and_buffers(sft_run,
     with pytest.raises(ConfigError, match="max_len"):  # 2-digit prompts: a longer buffer
         make_algorithm(token_run(GRPOConfig(), env_params={"min_digits": 2, "max_digits": 2},
                                  init_from=str(out)))
+    # the same parameters saved with another vocabulary in their fingerprint
+    meta = pretrained.read_meta(str(out))
+    meta = {k: v for k, v in meta.items() if k != "structure"}
+    params = sft.load_policy(str(out), NET, envs.make("Addition-v0", dict(ONE_DIGIT))[2])
     edited = tmp_path / "edited"
-    shutil.copytree(out / "checkpoint", edited)
-    meta = json.loads((edited / "meta.json").read_text())
-    meta["vocab"] = meta["vocab"][:-1] + ["*"]
-    (edited / "meta.json").write_text(json.dumps(meta))
+    pretrained.save_checkpoint(edited, params, {**meta, "vocab": meta["vocab"][:-1] + ["*"]})
     with pytest.raises(ConfigError, match="vocabulary mismatch"):
         make_algorithm(token_run(GRPOConfig(), init_from=str(edited)))
+    # a leaf whose data no longer matches the digest recorded when it was saved: refused as corrupt
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(out / "checkpoint", corrupt)
+    manifest_file = corrupt / "0" / "manifest" / "metadata"  # orbax's JSON item
+    manifest = json.loads(manifest_file.read_text())
+    manifest["digests"][next(iter(manifest["digests"]))] = "0" * 64
+    manifest_file.write_text(json.dumps(manifest))
+    with pytest.raises(ConfigError, match="init_from.*corrupt"):
+        make_algorithm(token_run(GRPOConfig(), init_from=str(corrupt)))
     with pytest.raises(ConfigError, match="init_from"):
         make_algorithm(token_run(GRPOConfig(), init_from=str(tmp_path / "missing")))
     with pytest.raises(ConfigError, match="init_from"):

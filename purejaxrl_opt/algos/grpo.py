@@ -1,31 +1,52 @@
 """GRPO (Shao et al. 2024, DeepSeekMath) on environments: no critic, group-relative advantages.
 
-Each update resets ``num_groups`` start states and rolls ``group_size`` complete episodes from each
-(same-start grouping: the episodes of a group share their reset key, as GRPO's answers share their
-question; ``grouping: unrelated`` gives every episode its own start). An episode's outcome reward is
-its (optionally discounted) return; its advantage is the z-score of that outcome inside its group,
-the same for all of its steps. The policy then maximises the clipped-ratio objective minus
-``beta * k3(pi_theta || pi_ref)`` over ``update_epochs x num_minibatches`` passes, where minibatches
-hold whole episodes and steps after an episode's end count nowhere.
+Each update resets ``num_groups`` start states and rolls ``group_size`` complete episodes ``o_i``
+from each (same-start grouping: the episodes of a group share their reset key, as GRPO's answers
+share their question; ``grouping: unrelated`` gives every episode its own start). An episode's
+outcome reward ``R_i`` is its (optionally discounted) return; its advantage is the z-score of that
+outcome inside its group, ``A_i = (R_i - mean(R)) / std(R)``, the same for all of its steps
+(:func:`group_advantages`; per-step rewards with ``process_supervision``). The policy then maximises
+
+    J(theta) = reduce_{i,t} [ min(rho_it A_i, clip(rho_it, 1-eps, 1+eps_high) A_i)
+                              - beta k3(pi_theta || pi_ref)_it + ent_coef H_it ],
+    rho_it = pi_theta(o_it) / pi_old(o_it)
+
+over ``update_epochs x num_minibatches`` passes (:func:`policy_objective`), where minibatches hold
+whole episodes and steps after an episode's end count nowhere. Variants, each a config key
+(conf/algo/grpo.yaml), with TRL's GRPOTrainer names where it has one:
+
+* ``reduce``: ``loss_norm`` / ``loss_type`` (grpo: per-episode mean then mean, bnpo/dapo: token
+  mean, dr_grpo: a constant), ``scale_rewards`` (group / batch / none);
+* ``importance_sampling_level=sequence`` (GSPO): ``rho_it = exp(mean_t log(pi_theta/pi_old))``;
+* ``delta``: two-sided clipping, ``rho`` capped at ``delta`` in the unclipped term;
+* ``kl_importance_weight``: ``k3`` weighted by ``pi_theta/pi_old`` (:func:`losses.k3_kl`);
+* DAPO: ``epsilon_high`` (clip-higher), ``dynamic_sampling_oversample`` (keep groups with reward
+  spread, :func:`select_groups`), ``overlong_buffer`` (soft length penalty, :func:`overlong_penalty`)
+  and, with TRL, ``mask_truncated_completions`` (token envs).
+
+``pi_ref`` is frozen: its parameters *and* the observation statistics it is scored with
+(``env.normalize_obs``) are snapshotted together, at the start and every ``ref_update_every``
+updates, so the KL pulls toward a fixed policy of the raw observation.
 
 Env-step budget: ``total_timesteps`` counts real (unmasked) episode steps, as PPO's and TRPO's count
-env steps. A lane runs updates while its consumed steps are below ``total_timesteps`` (a
-``while_loop`` over updates, :func:`purejaxrl_opt.algos.base.run_updates` with ``lane_active``), so
-it uses at least all of the budget and at most one update's steps more. The metrics buffer has
-``max_updates`` rows (default ``GRPOConfig.num_updates``: every episode one step long, the most
-updates a run can ever need); rows of updates a lane did not run stay NaN.
+env steps; every rolled episode counts, also those dynamic sampling drops. A lane runs updates
+while its consumed steps are below ``total_timesteps`` (a ``while_loop`` over updates,
+:func:`purejaxrl_opt.algos.base.run_updates` with ``lane_active``), so it uses at least all of the
+budget and at most one update's steps more. The metrics buffer has ``max_updates`` rows (default
+``GRPOConfig.num_updates``: every episode one step long, the most updates a run can ever need); rows
+of updates a lane did not run stay NaN.
 
 Per-step policies (MLP/CNN on gymnax envs) roll with :func:`rollout.group_rollout_until_done`, which
 stops once every episode has ended, and compute the loss over time blocks of ``loss_block_steps``
-steps covering only the first ``L`` (longest episode) steps, summing the blocks' gradients
-(:func:`make_block_grad_fn`): neither the rollout nor the update pays for the padding up to the
-limit ``T``. Token envs (a transformer re-scoring whole answers in one causal pass, answers of a
-few tokens) keep the full-length path: :func:`rollout.group_rollout` and :func:`make_loss_fn`.
+steps covering only the first ``L`` (longest episode) steps (:mod:`purejaxrl_opt.episode_losses`):
+neither the rollout nor the update pays for the padding up to the limit ``T``. Token envs (a
+transformer re-scoring whole answers in one causal pass), recurrent policies and the sequence-level
+ratio (which needs a whole episode before any of its steps) keep the full-length path:
+:func:`rollout.group_rollout` and :func:`make_loss_fn`.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import jax
@@ -38,19 +59,22 @@ from purejaxrl_opt.algos.base import Algorithm
 from purejaxrl_opt.config import GRPOConfig, RunConfig
 from purejaxrl_opt.distributions import for_spec
 from purejaxrl_opt.envs import EnvSpec
+from purejaxrl_opt.episode_losses import (EpisodeBuffers, block_log_probs, buffer_bytes,
+                                          make_block_grad_fn)
 from purejaxrl_opt.errors import ConfigError
 from purejaxrl_opt.optim import adam, minibatch_epochs
 from purejaxrl_opt.policies import Policy, as_policy, make_policy
 from purejaxrl_opt.pretrained import load_initial_actor
-from purejaxrl_opt.envs.tokens import reward_metric_names, reward_metrics
+from purejaxrl_opt.envs.tokens import EOS, reward_metric_names, reward_metrics
 
 METRICS = ("return_mean", "episode_length", "episodes", "kl_ref", "clip_frac", "approx_kl",
            "zero_spread_groups", "group_return_std", "entropy", "policy_loss", "learning_rate")
+# with dynamic sampling: the share of the num_groups training groups that carry signal (reward
+# spread), and of the rolled groups that had spread
+DYNAMIC_SAMPLING_METRICS = ("kept_fraction", "spread_fraction")
+DIAGNOSTICS = ("policy_loss", "kl_ref", "entropy", "approx_kl", "clip_frac")
 
 ADV_EPS = 1e-8
-# memory estimate: bytes per float, and a factor for the copies alive at once (rollout outputs, the
-# trajectory-major copy, the shuffled minibatches)
-_FLOAT_BYTES, _BUFFER_COPIES = 4, 3
 
 
 @struct.dataclass
@@ -59,8 +83,11 @@ class GRPOState:
     ref_params: Any  # actor params of pi_ref
     opt_state: Any
     obs_norm: envs.ObsNormState | None
-    env_steps: jnp.ndarray  # float32: unmasked env steps consumed by this lane (for the budget)
+    env_steps: jnp.ndarray  # uint32: unmasked env steps consumed by this lane (for the budget)
     key: jax.Array
+    # the observation statistics pi_ref is scored with, frozen with ref_params (None without
+    # env.normalize_obs)
+    ref_obs_norm: envs.ObsNormState | None = None
 
 
 class Minibatch(struct.PyTreeNode):
@@ -135,38 +162,121 @@ def _has_spread(values: jnp.ndarray, mask: jnp.ndarray | None = None) -> jnp.nda
             > jnp.where(flat_mask, flat, jnp.inf).min(axis=1))
 
 
+def overlong_penalty(lengths: jnp.ndarray, limit: int, buffer: int, penalty: float) -> jnp.ndarray:
+    """DAPO's soft overlong punishment ``[B]``: 0 for ``|o| <= limit - buffer``, then linear,
+    ``penalty * (limit - buffer - |o|) / buffer``, reaching ``-penalty`` at ``|o| = limit``."""
+    return penalty * jnp.minimum(0.0, (limit - buffer - lengths) / buffer)
+
+
+def compute_advantages(cfg: GRPOConfig, rewards: jnp.ndarray, mask: jnp.ndarray, hparams,
+                       num_groups: int | None = None):
+    """Advantages ``[B, T]``, outcome rewards ``[B]`` and zero-spread group count, episodes ``[B, T]``
+    in ``num_groups`` (default ``cfg.num_groups``) groups of ``cfg.group_size``."""
+    advantages, outcomes, spread = group_signal(cfg, rewards, mask, hparams, num_groups)
+    return advantages, outcomes, jnp.sum(~spread).astype(jnp.float32)
+
+
+def group_signal(cfg: GRPOConfig, rewards: jnp.ndarray, mask: jnp.ndarray, hparams,
+                 num_groups: int | None = None):
+    """:func:`compute_advantages` with the per-group spread ``[num_groups]`` bool in place of its
+    count. With ``overlong_buffer``, :func:`overlong_penalty` is added to each episode's last reward
+    (the limit is ``T``, the answer limit of a token env)."""
+    num_groups = cfg.num_groups if num_groups is None else num_groups
+    num_episodes, num_steps = rewards.shape
+    if cfg.overlong_buffer > 0:
+        lengths = mask.sum(-1)
+        last = jnp.arange(num_steps) == (lengths - 1)[:, None]
+        rewards = rewards + jnp.where(last, overlong_penalty(
+            lengths, num_steps, cfg.overlong_buffer, cfg.overlong_penalty)[:, None], 0.0)
+    outcomes = outcome_rewards(rewards, mask, hparams["outcome_discount"])
+    if cfg.process_supervision:
+        shape = (num_groups, cfg.group_size, num_steps)
+        advantages = process_advantages(rewards.reshape(shape), mask.reshape(shape),
+                                        cfg.scale_rewards).reshape(num_episodes, num_steps)
+        spread = _has_spread(rewards.reshape(shape), mask.reshape(shape))
+    else:
+        grouped = outcomes.reshape(num_groups, cfg.group_size)
+        advantages = jnp.broadcast_to(group_advantages(grouped, cfg.scale_rewards).reshape(-1, 1),
+                                      (num_episodes, num_steps))
+        spread = _has_spread(grouped)
+    return advantages, outcomes, spread
+
+
+# --------------------------------------------------------------------------- dynamic sampling (pure)
+def select_groups(spread: jnp.ndarray, num_groups: int) -> jnp.ndarray:
+    """DAPO's dynamic sampling in fixed shapes: the indices ``[num_groups]`` of the groups to train
+    on, out of ``spread [num_sampled]`` (bool: does the group's reward vary?). Groups with spread
+    come first, in sampling order; when fewer than ``num_groups`` have spread, the remaining slots
+    hold zero-spread groups (in sampling order), whose advantages are exactly zero: they add
+    nothing to the surrogate, only to the reductions' denominators, the KL and entropy terms, as
+    every zero-spread group does without dynamic sampling (the ``kept_fraction`` metric shows how
+    full the batch was)."""
+    return jnp.argsort(~spread, stable=True)[:num_groups]
+
+
+def take_groups(batch: rollout.GroupBatch, groups: jnp.ndarray, group_size: int) -> rollout.GroupBatch:
+    """The episodes of ``groups`` (indices) of a group-major ``batch``: time-major fields along their
+    episode axis 1, per-episode fields along axis 0."""
+    episodes = (groups[:, None] * group_size + jnp.arange(group_size)).reshape(-1)
+    time_major = {"obs", "action", "log_prob", "reward", "mask"}
+    return batch._replace(**{name: jnp.take(x, episodes, axis=1 if name in time_major else 0)
+                             for name, x in batch._asdict().items()})
+
+
+def truncated_answers(action: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
+    """``[E]`` bool: token answers ``action, mask [E, T]`` that emitted no ``<eos>`` (cut at the
+    length limit), TRL's truncated completions."""
+    return ~jnp.any(jnp.logical_and(mask, action == EOS), axis=-1)
+
+
 # --------------------------------------------------------------------------- loss (pure)
 def policy_objective(log_prob, log_prob_old, log_prob_ref, entropy, advantages, mask, hparams,
-                     loss_norm: str) -> tuple[jnp.ndarray, dict]:
-    """GRPO loss to minimise and diagnostics; every per-step argument is ``[E, T]``.
+                     loss_norm: str, cfg: GRPOConfig | None = None, reduce=None, step_mean=None
+                     ) -> tuple[jnp.ndarray, dict]:
+    """GRPO's loss to minimise, ``-J(theta)`` (module docstring), and diagnostics; every per-step
+    argument is ``[E, T]`` (or a time block ``[K, E]`` with ``reduce``/``step_mean`` given).
 
-    Per step: ``min(rho A, clip(rho, 1-eps, 1+eps_high) A) - beta k3 + ent_coef H`` with
-    ``rho = pi_theta/pi_old`` and ``k3 = pi_ref/pi_theta - log(pi_ref/pi_theta) - 1``; reduced with
-    ``loss_norm``. ``hparams["epsilon_high"] == 0`` means a symmetric clip.
+    Per step: ``min(rho A, clip(rho, 1-eps, 1+eps_high) A) - beta k3 + ent_coef H``, ``rho`` per
+    token or per episode (``cfg.importance_sampling_level``; sequence needs whole ``[E, T]``
+    episodes), capped at ``cfg.delta`` in the unclipped term when set, ``k3`` optionally weighted
+    by ``pi_theta/pi_old`` (``cfg.kl_importance_weight``). ``reduce`` is the loss reduction
+    (default: :func:`losses.masked_reduce` with ``loss_norm``), ``step_mean`` the diagnostics'
+    per-step mean (default: its ``token`` reduction). ``hparams["epsilon_high"] == 0`` means a
+    symmetric clip. ``cfg`` None: the defaults (token ratio, no cap, unweighted k3).
     """
+    cfg = GRPOConfig() if cfg is None else cfg
+    if reduce is None:
+        def reduce(x):
+            return losses.masked_reduce(x, mask, loss_norm)
+    if step_mean is None:
+        def step_mean(x):
+            return losses.masked_reduce(x, mask, "token")
+
     eps = hparams["epsilon"]
     eps_high = jnp.where(hparams["epsilon_high"] > 0, hparams["epsilon_high"], eps)
-    surrogate = losses.clipped_surrogate(log_prob, log_prob_old, advantages, eps, eps_high)
-    kl_ref = losses.k3_kl(log_prob, log_prob_ref)
+    cap = cfg.delta if cfg.delta > 0 else None
+    if cfg.importance_sampling_level == "sequence":
+        ratio_num, ratio_den = losses.sequence_log_ratio(log_prob, log_prob_old, mask), 0.0
+    else:
+        ratio_num, ratio_den = log_prob, log_prob_old
+    surrogate = losses.clipped_surrogate(ratio_num, ratio_den, advantages, eps, eps_high, cap)
+    kl_ref = losses.k3_kl(log_prob, log_prob_ref,
+                          log_prob_old if cfg.kl_importance_weight else None)
     per_step = surrogate - hparams["beta"] * kl_ref + hparams["ent_coef"] * entropy
-    loss = -losses.masked_reduce(per_step, mask, loss_norm)
-
-    def step_mean(x):
-        return losses.masked_reduce(x, mask, "token")
-
+    clip_frac = losses.clip_fraction(ratio_num, ratio_den, eps, eps_high)
     diagnostics = {
-        "policy_loss": -losses.masked_reduce(surrogate, mask, loss_norm),
+        "policy_loss": -reduce(surrogate),
         "kl_ref": step_mean(kl_ref),
         "entropy": step_mean(entropy),
         "approx_kl": step_mean(losses.approx_kl(log_prob, log_prob_old)),
-        "clip_frac": step_mean(losses.clip_fraction(log_prob, log_prob_old, eps, eps_high)),
+        "clip_frac": step_mean(jnp.broadcast_to(clip_frac, log_prob.shape)),
     }
-    return loss, diagnostics
+    return -reduce(per_step), diagnostics
 
 
-def make_loss_fn(policy: Policy, dist, loss_norm: str):
-    """``loss_fn(actor_params, mb: Minibatch, hparams) -> (loss, diagnostics)``; ``policy`` is a
-    :class:`Policy` or a flax actor module."""
+def make_loss_fn(policy: Policy, dist, loss_norm: str, cfg: GRPOConfig | None = None):
+    """``loss_fn(actor_params, mb: Minibatch, hparams) -> (loss, diagnostics)`` over whole episodes;
+    ``policy`` is a :class:`Policy` or a flax actor module."""
     if not isinstance(policy, Policy):
         policy = as_policy(policy.apply)
 
@@ -174,180 +284,27 @@ def make_loss_fn(policy: Policy, dist, loss_norm: str):
         dist_params = policy.episode_apply(actor_params, mb.obs, mb.action)
         log_prob = dist.log_prob(dist_params, mb.action)
         return policy_objective(log_prob, mb.log_prob_old, mb.log_prob_ref, dist.entropy(dist_params),
-                                mb.advantages, mb.mask, hparams, loss_norm)
+                                mb.advantages, mb.mask, hparams, loss_norm, cfg)
 
     return loss_fn
 
 
-def compute_advantages(cfg: GRPOConfig, rewards: jnp.ndarray, mask: jnp.ndarray, hparams):
-    """Advantages ``[B, T]``, outcome rewards ``[B]`` and zero-spread group count, episodes ``[B, T]``."""
-    num_episodes, num_steps = rewards.shape
-    outcomes = outcome_rewards(rewards, mask, hparams["outcome_discount"])
-    if cfg.process_supervision:
-        shape = (cfg.num_groups, cfg.group_size, num_steps)
-        advantages = process_advantages(rewards.reshape(shape), mask.reshape(shape),
-                                        cfg.scale_rewards).reshape(num_episodes, num_steps)
-        spread = _has_spread(rewards.reshape(shape), mask.reshape(shape))
-    else:
-        grouped = outcomes.reshape(cfg.num_groups, cfg.group_size)
-        advantages = jnp.broadcast_to(group_advantages(grouped, cfg.scale_rewards).reshape(-1, 1),
-                                      (num_episodes, num_steps))
-        spread = _has_spread(grouped)
-    return advantages, outcomes, jnp.sum(~spread).astype(jnp.float32)
+def make_block_objective(cfg: GRPOConfig):
+    """:func:`policy_objective` as one time block's share (:func:`episode_losses.make_block_grad_fn`)."""
+
+    def objective(log_prob, entropy, block: EpisodeBuffers, weighted_sum, step_sum, hparams):
+        return policy_objective(log_prob, block.log_prob_old, block.log_prob_ref, entropy,
+                                block.advantages, block.mask, hparams, cfg.reduction, cfg,
+                                reduce=weighted_sum, step_mean=step_sum)
+
+    return objective
 
 
-# --------------------------------------------------------------------------- block-wise loss (pure)
-class EpisodeBuffers(struct.PyTreeNode):
-    """Every episode of one update, time-major ``[S, B]`` (``S``: a whole number of time blocks);
-    rows past the longest episode are zero and masked. Observations are raw."""
-
-    obs: jnp.ndarray  # [S, B, *obs_shape]
-    action: jnp.ndarray  # [S, B] or [S, B, D]
-    log_prob_old: jnp.ndarray  # [S, B]
-    log_prob_ref: jnp.ndarray  # [S, B]
-    advantages: jnp.ndarray  # [S, B]
-    mask: jnp.ndarray  # [S, B] bool
-    lengths: jnp.ndarray  # [B] unmasked steps per episode
-
-
-def step_weights(lengths: jnp.ndarray, num_steps: int, loss_norm: str):
-    """Weights that turn :func:`masked_reduce` into a plain sum over unmasked steps.
-
-    For episodes with ``lengths [E]`` rolled for ``num_steps`` steps: ``(weight [E], step_weight)``
-    with ``masked_reduce(v, mask, loss_norm) == sum_{e,t unmasked} weight[e] * v[e, t]`` and
-    ``masked_reduce(v, mask, "token") == sum_{e,t unmasked} step_weight * v[e, t]``. Being sums over
-    steps, the loss and its gradient split into time blocks whose parts add up to the whole.
-    """
-    num_episodes = lengths.shape[0]
-    step_weight = 1.0 / jnp.maximum(lengths.sum(), 1.0)
-    if loss_norm == "sequence":
-        weight = 1.0 / (num_episodes * jnp.maximum(lengths, 1.0))
-    elif loss_norm == "token":
-        weight = jnp.full((num_episodes,), step_weight)
-    elif loss_norm == "constant":
-        weight = jnp.full((num_episodes,), 1.0 / (num_episodes * num_steps))
-    else:
-        raise ValueError(f"unknown loss_norm {loss_norm!r}")
-    return weight, step_weight
-
-
-def block_objective(log_prob, log_prob_old, log_prob_ref, entropy, advantages, mask, weight,
-                    step_weight, hparams) -> tuple[jnp.ndarray, dict]:
-    """One time block's share of :func:`policy_objective` (per-step arguments ``[K, E]``, ``weight
-    [E]`` and ``step_weight`` from :func:`step_weights`): summed over all blocks, the loss and each
-    diagnostic equal :func:`policy_objective`'s over the whole episodes."""
-    eps = hparams["epsilon"]
-    eps_high = jnp.where(hparams["epsilon_high"] > 0, hparams["epsilon_high"], eps)
-    surrogate = losses.clipped_surrogate(log_prob, log_prob_old, advantages, eps, eps_high)
-    kl_ref = losses.k3_kl(log_prob, log_prob_ref)
-    per_step = surrogate - hparams["beta"] * kl_ref + hparams["ent_coef"] * entropy
-
-    def weighted(x):
-        return jnp.sum(jnp.where(mask, x * weight, 0.0))
-
-    def step_sum(x):
-        return jnp.sum(jnp.where(mask, x, 0.0)) * step_weight
-
-    diagnostics = {
-        "policy_loss": -weighted(surrogate),
-        "kl_ref": step_sum(kl_ref),
-        "entropy": step_sum(entropy),
-        "approx_kl": step_sum(losses.approx_kl(log_prob, log_prob_old)),
-        "clip_frac": step_sum(losses.clip_fraction(log_prob, log_prob_old, eps, eps_high)),
-    }
-    return -weighted(per_step), diagnostics
-
-
-def time_block(x: jnp.ndarray, start, block_steps: int, episodes: jnp.ndarray | None = None):
-    """Rows ``start .. start+block_steps-1`` of a time-major ``x [S, B, ...]`` (``start`` may be
-    traced; ``S`` must be a multiple of ``block_steps`` so no block is clamped onto its neighbour),
-    optionally only the episodes (columns) ``episodes``."""
-    block = jax.lax.dynamic_slice_in_dim(x, start, block_steps, axis=0)
-    return block if episodes is None else block[:, episodes]
-
-
-def make_block_grad_fn(actor_fn, dist, loss_norm: str, block_steps: int, num_steps: int):
-    """``block_grads(flat_params, unravel, data: EpisodeBuffers, obs_norm, episodes [E],
-    num_blocks, hparams) -> (grads, diagnostics)``: the gradient of :func:`policy_objective` over the
-    episodes ``episodes`` (a minibatch), as the sum of the gradients of ``num_blocks`` (traced) time
-    blocks of ``block_steps`` steps. Blocks past the longest episode would add exactly zero, so
-    ``num_blocks = ceil(L / block_steps)`` gives the full gradient at the cost of ``L`` steps, not
-    ``num_steps``. Valid for per-step policies only (a block cuts episodes)."""
-
-    def block_loss(flat_params, unravel, block: EpisodeBuffers, obs_norm, weight, step_weight,
-                   hparams):
-        dist_params = actor_fn(unravel(flat_params)["actor"], envs.obs_norm_apply(obs_norm, block.obs))
-        log_prob = dist.log_prob(dist_params, block.action)
-        return block_objective(log_prob, block.log_prob_old, block.log_prob_ref,
-                               dist.entropy(dist_params), block.advantages, block.mask, weight,
-                               step_weight, hparams)
-
-    block_grad = jax.grad(block_loss, has_aux=True)
-
-    def block_grads(flat_params, unravel, data: EpisodeBuffers, obs_norm, episodes, num_blocks,
-                    hparams):
-        weight, step_weight = step_weights(data.lengths[episodes], num_steps, loss_norm)
-
-        def _block(b, acc):
-            grads, diagnostics = acc
-            block = EpisodeBuffers(
-                *(time_block(x, b * block_steps, block_steps, episodes) for x in
-                  (data.obs, data.action, data.log_prob_old, data.log_prob_ref, data.advantages,
-                   data.mask)), lengths=data.lengths[episodes])
-            g, d = block_grad(flat_params, unravel, block, obs_norm, weight, step_weight, hparams)
-            return grads + g, jax.tree_util.tree_map(jnp.add, diagnostics, d)
-
-        zeros = {k: jnp.zeros((), jnp.float32) for k in DIAGNOSTICS}
-        return jax.lax.fori_loop(0, num_blocks, _block, (jnp.zeros_like(flat_params), zeros))
-
-    return block_grads
-
-
-DIAGNOSTICS = ("policy_loss", "kl_ref", "entropy", "approx_kl", "clip_frac")
-
-
-def block_log_probs(actor_fn, dist, actor_params, obs_norm, obs, action, num_blocks,
-                    block_steps: int) -> jnp.ndarray:
-    """``log pi(action | obs)`` ``[S, B]`` over the first ``num_blocks`` time blocks (zeros after)."""
-
-    def _block(b, out):
-        start = b * block_steps
-        dist_params = actor_fn(actor_params,
-                               envs.obs_norm_apply(obs_norm, time_block(obs, start, block_steps)))
-        log_prob = dist.log_prob(dist_params, time_block(action, start, block_steps))
-        return jax.lax.dynamic_update_slice_in_dim(out, log_prob.astype(out.dtype), start, axis=0)
-
-    return jax.lax.fori_loop(0, num_blocks, _block, jnp.zeros(obs.shape[:2], jnp.float32))
-
-
-def masked_obs_norm_update_blocks(state: envs.ObsNormState, obs: jnp.ndarray, mask: jnp.ndarray,
-                                  num_blocks, block_steps: int) -> envs.ObsNormState:
-    """:func:`purejaxrl_opt.envs.obs_norm_update` (masked) reading only the first ``num_blocks`` time blocks of
-    ``obs [S, B, *obs_shape]`` (two passes: weighted mean, then weighted squared deviations)."""
-    shape = state.mean.shape
-
-    def _weighted(start):
-        weights = time_block(mask, start, block_steps).reshape(-1).astype(jnp.float32)
-        x = time_block(obs, start, block_steps).reshape((-1,) + shape).astype(jnp.float32)
-        return weights, weights.reshape((-1,) + (1,) * len(shape)), x
-
-    def _sums(b, acc):
-        weights, weights_b, x = _weighted(b * block_steps)
-        return acc[0] + weights.sum(), acc[1] + jnp.sum(x * weights_b, 0)
-
-    count, total = jax.lax.fori_loop(0, num_blocks, _sums, (jnp.zeros(()), jnp.zeros(shape)))
-    count = jnp.maximum(count, 1.0)
-    batch_mean = total / count
-
-    def _squares(b, acc):
-        _, weights_b, x = _weighted(b * block_steps)
-        return acc + jnp.sum(weights_b * (x - batch_mean) ** 2, 0)
-
-    batch_var = jax.lax.fori_loop(0, num_blocks, _squares, jnp.zeros(shape)) / count
-    delta = batch_mean - state.mean
-    total_count = state.count + count
-    m2 = state.var * state.count + batch_var * count + delta**2 * state.count * count / total_count
-    return envs.ObsNormState(state.mean + delta * count / total_count, m2 / total_count, total_count)
+def reference_log_probs(policy: Policy, dist, state: GRPOState, obs, action) -> jnp.ndarray:
+    """``log pi_ref(action | obs)`` for whole episodes ``obs [E, T, *obs_shape]`` (raw), with the
+    reference's own frozen parameters and observation statistics."""
+    ref_obs = envs.obs_norm_apply(state.ref_obs_norm, obs)
+    return dist.log_prob(policy.episode_apply(state.ref_params, ref_obs, action), action)
 
 
 # --------------------------------------------------------------------------- static checks
@@ -359,41 +316,33 @@ def episode_limit(cfg: GRPOConfig, spec: EnvSpec) -> int:
     return cfg.rollout_length(spec.max_steps)
 
 
-def buffer_bytes(run: RunConfig, spec: EnvSpec, num_steps: int) -> int:
-    """Estimated memory of the episode buffers of all lanes (obs, action, log-probs, reward, mask,
-    advantages) plus the activations of one minibatch, in bytes."""
-    cfg: GRPOConfig = run.algo
-    episodes = cfg.num_groups * cfg.group_size
-    obs_size = math.prod(spec.obs_shape)
-    per_step = obs_size + spec.num_actions + 6
-    buffer = num_steps * episodes * per_step * _FLOAT_BYTES * _BUFFER_COPIES
-    net = run.network
-    width = (sum(net.hidden_sizes) if net.kind == "mlp"
-             else net.num_layers * net.d_model * (net.mlp_ratio + 4) * obs_size)  # per sequence
-    activations = 2 * num_steps * (episodes // cfg.num_minibatches) * width * _FLOAT_BYTES
-    return run.num_seeds * (buffer + activations)
-
-
 def check_static(run: RunConfig, spec: EnvSpec) -> int:
     """Bad input that needs the env: raise :class:`ConfigError` before compiling; returns ``T``."""
     cfg: GRPOConfig = run.algo
     num_steps = episode_limit(cfg, spec)
-    needed = buffer_bytes(run, spec, num_steps) / 2**30
+    if cfg.overlong_buffer >= num_steps:
+        raise ConfigError(f"config key 'grpo.overlong_buffer' = {cfg.overlong_buffer} is invalid on "
+                          f"{spec.env_id}: must be 0 (off) or below the answer limit {num_steps}")
+    episodes = cfg.num_sampled_groups * cfg.group_size
+    needed = buffer_bytes(run.num_seeds, episodes, num_steps, spec.obs_shape, spec.num_actions,
+                          run.network, cfg.num_minibatches) / 2**30
     if needed > cfg.max_memory_gb:
         raise ConfigError(
             f"GRPO on {spec.env_id} rolls whole episodes of up to {num_steps} steps: "
-            f"{run.num_seeds} seed(s) x {cfg.num_groups * cfg.group_size} episodes x {num_steps} "
+            f"{run.num_seeds} seed(s) x {episodes} episodes x {num_steps} "
             f"steps x obs {spec.obs_shape} need about {needed:.1f} GB, over grpo.max_memory_gb = "
-            f"{cfg.max_memory_gb}. Lower num_groups/group_size/num_seeds, set "
-            f"grpo.max_episode_steps, or raise grpo.max_memory_gb")
+            f"{cfg.max_memory_gb}. Lower num_groups/group_size/dynamic_sampling_oversample/num_seeds, "
+            f"set grpo.max_episode_steps, or raise grpo.max_memory_gb")
     return num_steps
 
 
-def uses_block_path(spec: EnvSpec, policy: Policy) -> bool:
+def uses_block_path(spec: EnvSpec, policy: Policy, cfg: GRPOConfig | None = None) -> bool:
     """Early-stopped rollouts and the block-wise loss need a per-step policy: a feed-forward network
-    (MLP or CNN) on a gymnax env. Token envs' transformers re-score whole answers in one causal pass,
-    and a recurrent policy replays each episode from its zero start state: full length."""
-    return spec.vocab is None and policy.recurrence is None
+    (MLP or CNN) on a gymnax env, and a per-token ratio. Token envs' transformers re-score whole
+    answers in one causal pass, a recurrent policy replays each episode from its zero start state,
+    and GSPO's sequence ratio needs the whole episode: full length."""
+    per_token = cfg is None or cfg.importance_sampling_level == "token"
+    return spec.vocab is None and policy.recurrence is None and per_token
 
 
 def block_layout(cfg: GRPOConfig, num_steps: int) -> tuple[int, int]:
@@ -411,11 +360,14 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
     policy = make_policy(spec, run.network)
     initial_actor = load_initial_actor(run, spec)
     num_episodes = cfg.num_groups * cfg.group_size
+    num_sampled = cfg.num_sampled_groups
+    dynamic_sampling = cfg.dynamic_sampling_oversample > 1
     num_updates = cfg.num_updates(run.total_timesteps, spec.max_steps)
-    loss_fn = make_loss_fn(policy, dist, cfg.loss_norm)
-    blocks = uses_block_path(spec, policy)
+    loss_fn = make_loss_fn(policy, dist, cfg.reduction, cfg)
+    blocks = uses_block_path(spec, policy, cfg)
     block_steps, buffer_steps = block_layout(cfg, num_steps)
-    block_grads = make_block_grad_fn(policy.apply, dist, cfg.loss_norm, block_steps, num_steps)
+    block_grads = make_block_grad_fn(policy.apply, dist, make_block_objective(cfg), DIAGNOSTICS,
+                                     cfg.reduction, block_steps, num_steps)
 
     def init(key, hparams):
         actor_key, key = jax.random.split(key)
@@ -423,26 +375,27 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         params = {"actor": actor_params}
         opt_state = adam(hparams, hparams["lr"]).init(ravel_pytree(params)[0])
         obs_norm = envs.obs_norm_init(spec.obs_shape) if run.env.normalize_obs else None
-        return GRPOState(params, actor_params, opt_state, obs_norm, jnp.zeros((), jnp.float32), key)
+        return GRPOState(params, actor_params, opt_state, obs_norm, jnp.zeros((), jnp.uint32), key,
+                         ref_obs_norm=obs_norm)
 
     def _optimise_full(state: GRPOState, batch: rollout.GroupBatch, hparams, optimizer, shuffle_key):
-        """Whole ``[E, T]`` episodes per minibatch (token envs)."""
+        """Whole ``[E, T]`` episodes per minibatch (token envs, recurrent policies, GSPO)."""
         # trajectory-major, so that minibatches are whole episodes
-        obs, action, log_prob, reward, mask = jax.tree_util.tree_map(
+        raw_obs, action, log_prob, reward, mask = jax.tree_util.tree_map(
             lambda x: jnp.swapaxes(x, 0, 1),
             (batch.obs, batch.action, batch.log_prob, batch.reward, batch.mask))
-        obs = envs.obs_norm_apply(state.obs_norm, obs)
+        obs = envs.obs_norm_apply(state.obs_norm, raw_obs)
         advantages, outcomes, zero_spread = compute_advantages(cfg, reward, mask, hparams)
-        log_prob_ref = dist.log_prob(policy.episode_apply(state.ref_params, obs, action), action)
-        episodes = Minibatch(obs, action, log_prob, log_prob_ref, advantages, mask)
+        log_prob_ref = reference_log_probs(policy, dist, state, raw_obs, action)
+        loss_mask = (jnp.logical_and(mask, ~truncated_answers(action, mask)[:, None])
+                     if cfg.mask_truncated_completions else mask)
+        episodes = Minibatch(obs, action, log_prob, log_prob_ref, advantages, loss_mask)
         flat_params, unravel = ravel_pytree(state.params)
         grad_fn = jax.grad(lambda flat, mb: loss_fn(unravel(flat)["actor"], mb, hparams), has_aux=True)
         flat_params, opt_state, diagnostics = minibatch_epochs(
             grad_fn, optimizer, flat_params, state.opt_state, episodes, num_episodes,
             cfg.num_minibatches, jax.random.split(shuffle_key, cfg.update_epochs))
-        obs_norm = (envs.obs_norm_update(state.obs_norm, batch.obs, batch.mask)
-                    if state.obs_norm is not None else None)
-        return unravel(flat_params), opt_state, obs_norm, diagnostics, outcomes, zero_spread
+        return unravel(flat_params), opt_state, diagnostics, outcomes, zero_spread
 
     def _optimise_blocks(state: GRPOState, batch: rollout.GroupBatch, rollout_steps, hparams,
                          optimizer, shuffle_key):
@@ -450,7 +403,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         num_blocks = (rollout_steps + block_steps - 1) // block_steps
         advantages, outcomes, zero_spread = compute_advantages(cfg, batch.reward.T, batch.mask.T,
                                                                hparams)
-        log_prob_ref = block_log_probs(policy.apply, dist, state.ref_params, state.obs_norm,
+        log_prob_ref = block_log_probs(policy.apply, dist, state.ref_params, state.ref_obs_norm,
                                        batch.obs, batch.action, num_blocks, block_steps)
         data = EpisodeBuffers(batch.obs, batch.action, batch.log_prob, log_prob_ref, advantages.T,
                               batch.mask, batch.lengths)
@@ -462,10 +415,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         flat_params, opt_state, diagnostics = minibatch_epochs(
             grad_fn, optimizer, flat_params, state.opt_state, jnp.arange(num_episodes), num_episodes,
             cfg.num_minibatches, jax.random.split(shuffle_key, cfg.update_epochs))
-        obs_norm = (masked_obs_norm_update_blocks(state.obs_norm, batch.obs, batch.mask, num_blocks,
-                                                  block_steps)
-                    if state.obs_norm is not None else None)
-        return unravel(flat_params), opt_state, obs_norm, diagnostics, outcomes, zero_spread
+        return unravel(flat_params), opt_state, diagnostics, outcomes, zero_spread
 
     def update(state: GRPOState, hparams, update_idx):
         key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
@@ -476,33 +426,46 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         if blocks:
             batch, rollout_steps = rollout.group_rollout_until_done(
                 env, env_params, spec, dist, policy.apply, state.params["actor"], state.obs_norm,
-                rollout_key, cfg.num_groups, cfg.group_size, num_steps, same_start,
+                rollout_key, num_sampled, cfg.group_size, num_steps, same_start,
                 run.env.clip_actions, buffer_steps=buffer_steps)
-            params, opt_state, obs_norm, diagnostics, outcomes, zero_spread = _optimise_blocks(
-                state, batch, rollout_steps, hparams, optimizer, shuffle_key)
         else:
             batch = rollout.group_rollout(
                 env, env_params, spec, dist, policy, state.params["actor"], state.obs_norm,
-                rollout_key, cfg.num_groups, cfg.group_size, num_steps, same_start,
+                rollout_key, num_sampled, cfg.group_size, num_steps, same_start,
                 run.env.clip_actions)
-            params, opt_state, obs_norm, diagnostics, outcomes, zero_spread = _optimise_full(
+        sampled = batch
+        if dynamic_sampling:
+            spread = group_signal(cfg, batch.reward.T, batch.mask.T, hparams, num_sampled)[2]
+            batch = take_groups(batch, select_groups(spread, cfg.num_groups), cfg.group_size)
+        if blocks:
+            params, opt_state, diagnostics, outcomes, zero_spread = _optimise_blocks(
+                state, batch, rollout_steps, hparams, optimizer, shuffle_key)
+        else:
+            params, opt_state, diagnostics, outcomes, zero_spread = _optimise_full(
                 state, batch, hparams, optimizer, shuffle_key)
+        obs_norm = (envs.obs_norm_update(state.obs_norm, batch.obs, batch.mask)
+                    if state.obs_norm is not None else None)
 
-        ref_params = state.ref_params
-        if cfg.ref_update_every > 0:
+        ref_params, ref_obs_norm = state.ref_params, state.ref_obs_norm
+        if cfg.ref_update_every > 0:  # pi_ref <- pi_theta: parameters and statistics together
             refresh = (update_idx + 1) % cfg.ref_update_every == 0
-            ref_params = jax.tree_util.tree_map(lambda new, old: jnp.where(refresh, new, old),
-                                                params["actor"], ref_params)
-        env_steps = batch.lengths.sum()
+            ref_params, ref_obs_norm = jax.tree_util.tree_map(
+                lambda new, old: jnp.where(refresh, new, old),
+                (params["actor"], obs_norm), (ref_params, ref_obs_norm))
+        env_steps = sampled.lengths.sum()
         metrics = {k: v.mean() for k, v in diagnostics.items()}
         metrics.update(
-            return_mean=batch.returns.mean(), episode_length=batch.lengths.mean(),
-            episodes=jnp.asarray(num_episodes, jnp.float32), zero_spread_groups=zero_spread,
+            return_mean=sampled.returns.mean(), episode_length=sampled.lengths.mean(),
+            episodes=jnp.asarray(num_sampled * cfg.group_size, jnp.float32),
+            zero_spread_groups=zero_spread,
             group_return_std=outcomes.reshape(cfg.num_groups, cfg.group_size).std(axis=1).mean(),
             learning_rate=learning_rate, env_steps=env_steps)
-        metrics.update(reward_metrics(env, batch.reward_terms))
-        new_state = GRPOState(params, ref_params, opt_state, obs_norm, state.env_steps + env_steps,
-                              key)
+        if dynamic_sampling:
+            metrics.update(kept_fraction=1.0 - zero_spread / cfg.num_groups,
+                           spread_fraction=spread.mean())
+        metrics.update(reward_metrics(env, sampled.reward_terms))
+        new_state = GRPOState(params, ref_params, opt_state, obs_norm,
+                              state.env_steps + env_steps.astype(jnp.uint32), key, ref_obs_norm)
         return new_state, metrics
 
     def lane_active(state: GRPOState):
@@ -511,6 +474,6 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
     return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=dist,
                      policy=policy, init=init, update=update,
                      policy_params=lambda s: (s.params["actor"], s.obs_norm),
-                     metric_names=METRICS + reward_metric_names(env),
+                     metric_names=(METRICS + (DYNAMIC_SAMPLING_METRICS if dynamic_sampling else ())
+                                   + reward_metric_names(env)),
                      num_updates=num_updates, param_fn=lambda s: s.params, lane_active=lane_active)
-

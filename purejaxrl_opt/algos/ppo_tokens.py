@@ -10,6 +10,14 @@ bonus — averaged over real tokens, over ``update_epochs x num_minibatches`` pa
 There is no KL penalty; ``kl_ref`` (k3 estimate of KL to the initial policy) is reported so the drift
 can be compared with GRPO's.
 
+Env-step budget: ``total_timesteps`` counts real answer tokens (unmasked steps), as every algorithm
+counts real env steps; not ``num_envs x num_steps`` (the answer limit), which a batch of answers
+ending early with ``<eos>`` never uses. A lane runs updates while its consumed tokens are below
+``total_timesteps`` (``lane_active``, as GRPO), so it uses at least all of the budget and at most
+one update's tokens more; the metrics buffer has ``ceil(total_timesteps / num_envs)`` rows (every
+answer at least one token), rows of updates not run stay NaN. ``anneal_lr`` decays with the budget
+used.
+
 The critic doubles the parameters and the per-token compute of the update: the cost GRPO's
 group-relative baseline removes (experiments/compare_tokens.py measures both).
 """
@@ -28,7 +36,7 @@ from purejaxrl_opt.algos.base import Algorithm
 from purejaxrl_opt.config import PPOConfig, RunConfig
 from purejaxrl_opt.distributions import for_spec
 from purejaxrl_opt.errors import ConfigError
-from purejaxrl_opt.optim import adam, annealed, minibatch_epochs
+from purejaxrl_opt.optim import adam, minibatch_epochs
 from purejaxrl_opt.policies import make_policy, make_value
 from purejaxrl_opt.pretrained import load_initial_actor
 from purejaxrl_opt.envs.tokens import reward_metric_names, reward_metrics
@@ -43,6 +51,7 @@ class TokenPPOState:
     ref_params: Any  # the initial policy (for the kl_ref diagnostic only)
     opt_state: Any
     key: jax.Array
+    env_steps: jnp.ndarray  # uint32: real answer tokens consumed by this lane (for the budget)
 
 
 class Minibatch(struct.PyTreeNode):
@@ -90,7 +99,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
     dist = for_spec(spec.discrete)
     policy, value = make_policy(spec, run.network), make_value(spec, run.network)
     initial_actor = load_initial_actor(run, spec)
-    num_updates = cfg.num_updates(run.total_timesteps, spec.max_steps)
+    num_updates = budget_updates(run.total_timesteps, cfg.num_envs)
 
     def init(key, hparams):
         actor_key, critic_key, key = jax.random.split(key, 3)
@@ -100,29 +109,23 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
             critic = transplant(initial_actor, critic)
         params = {"actor": actor, "critic": critic}
         opt_state = adam(hparams, hparams["lr"]).init(ravel_pytree(params)[0])
-        return TokenPPOState(params, actor, opt_state, key)
+        return TokenPPOState(params, actor, opt_state, key, jnp.zeros((), jnp.uint32))
 
     def loss_fn(params, mb: Minibatch, hparams):
         dist_params = policy.episode_apply(params["actor"], mb.obs, mb.action)
         log_prob = dist.log_prob(dist_params, mb.action)
         advantages = (losses.normalize(mb.advantages, mask=mb.mask) if cfg.normalize_advantages
                       else mb.advantages)
-        surrogate = losses.clipped_surrogate(log_prob, mb.log_prob_old, advantages, hparams["clip_eps"])
         values = value.episode_apply(params["critic"], mb.obs, mb.action)
-        value_loss = losses.value_loss(values, mb.value_old, mb.returns,
-                                       hparams["clip_eps"] if cfg.clip_value else None)
-        entropy = dist.entropy(dist_params)
 
-        def mean(x):
+        def mean(x):  # over real tokens
             return losses.masked_reduce(x, mb.mask, "token")
 
-        policy_loss, value_loss, entropy = -mean(surrogate), mean(value_loss), mean(entropy)
-        total = policy_loss + hparams["vf_coef"] * value_loss - hparams["ent_coef"] * entropy
-        return total, {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy,
-                       "approx_kl": mean(losses.approx_kl(log_prob, mb.log_prob_old)),
-                       "clip_frac": mean(losses.clip_fraction(log_prob, mb.log_prob_old,
-                                                              hparams["clip_eps"])),
-                       "kl_ref": mean(losses.k3_kl(log_prob, mb.log_prob_ref))}
+        total, diagnostics = losses.ppo_objective(log_prob, mb.log_prob_old, advantages, values,
+                                                  mb.value_old, mb.returns, dist.entropy(dist_params),
+                                                  hparams, cfg.clip_value, mean)
+        diagnostics["kl_ref"] = mean(losses.k3_kl(log_prob, mb.log_prob_ref))
+        return total, diagnostics
 
     def update(state: TokenPPOState, hparams, update_idx):
         key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
@@ -137,7 +140,9 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         log_prob_ref = dist.log_prob(policy.episode_apply(state.ref_params, obs, action), action)
         answers = Minibatch(obs, action, log_prob, log_prob_ref, values, advantages, returns, mask)
 
-        learning_rate = annealed(hparams["lr"], update_idx, num_updates, cfg.anneal_lr)
+        # the budget is real tokens: decay with the share of it used (the update count only bounds)
+        progress = jnp.maximum(update_idx / num_updates, state.env_steps / run.total_timesteps)
+        learning_rate = hparams["lr"] * (1.0 - progress) if cfg.anneal_lr else hparams["lr"]
         optimizer = adam(hparams, learning_rate)
         flat_params, unravel = ravel_pytree(state.params)
         grad_fn = jax.grad(lambda flat, mb: loss_fn(unravel(flat), mb, hparams), has_aux=True)
@@ -150,10 +155,20 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
                        episodes=jnp.asarray(cfg.num_envs, jnp.float32), learning_rate=learning_rate,
                        env_steps=batch.lengths.sum())
         metrics.update(reward_metrics(env, batch.reward_terms))
-        return TokenPPOState(unravel(flat_params), state.ref_params, opt_state, key), metrics
+        env_steps = state.env_steps + batch.lengths.sum().astype(jnp.uint32)
+        return TokenPPOState(unravel(flat_params), state.ref_params, opt_state, key, env_steps), metrics
+
+    def lane_active(state: TokenPPOState):
+        return state.env_steps < run.total_timesteps
 
     return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=dist,
                      policy=policy, init=init, update=update,
                      policy_params=lambda s: (s.params["actor"], None),
                      metric_names=METRICS + reward_metric_names(env),
-                     num_updates=num_updates, param_fn=lambda s: s.params)
+                     num_updates=num_updates, param_fn=lambda s: s.params, lane_active=lane_active)
+
+
+def budget_updates(total_timesteps: int, num_envs: int) -> int:
+    """Rows of the metrics buffer: the most updates a lane can run before ``total_timesteps`` real
+    tokens are spent, every answer being at least one token long (``ceil(total / num_envs)``)."""
+    return max(1, -(-total_timesteps // num_envs))

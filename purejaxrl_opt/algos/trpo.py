@@ -29,7 +29,7 @@ from purejaxrl_opt.config import RunConfig, TRPOConfig
 from purejaxrl_opt.distributions import for_spec
 from purejaxrl_opt.networks import Actor, Critic
 from purejaxrl_opt.policies import make_policy, make_value
-from purejaxrl_opt.optim import minibatch_epochs
+from purejaxrl_opt.optim import adam, minibatch_epochs
 
 METRICS = ("return_mean", "episode_length", "episodes", "kl", "surrogate_improvement",
            "expected_improvement", "backtracks", "cg_residual", "step_norm", "entropy", "value_loss",
@@ -49,8 +49,7 @@ class TRPOState:
 
 def critic_adam(hparams) -> optax.GradientTransformation:
     """Adam with global-norm clipping for the critic (a flat vector: one fused update)."""
-    return optax.chain(optax.clip_by_global_norm(hparams["critic_max_grad_norm"]),
-                       optax.scale_by_adam(eps=1e-5), optax.scale(-hparams["critic_lr"]))
+    return adam(hparams, hparams["critic_lr"], hparams["critic_max_grad_norm"])
 
 
 def fvp_sample_size(cfg: TRPOConfig, batch_size: int | None = None) -> int:
