@@ -12,8 +12,8 @@ the registry existed; ``module:Class`` (a task of the user's own module) is a to
 An adapter module exposes ``LIBRARY`` (its prefix), ``ids()`` (every name it can make, without the
 prefix) and ``make(name, options) -> (env, env_params)`` (``options`` = the run's ``env.params``;
 unknown keys and bad values are ConfigErrors naming ``env.params.<key>``). One module may serve
-several prefixes (Playground and ``brax.envs``): for a prefix other than its ``LIBRARY``, ``ids()``
-lists the names with that prefix (``brax/ant``) and ``make`` receives them so.
+several prefixes (Playground and ``brax.envs``): it lists them in ``PREFIXES`` and takes the prefix
+as an argument, ``ids(prefix)`` and ``make(name, options, prefix=prefix)``.
 
 A leaf as far as imports go (it imports only ``errors``): ``config.EnvConfig.validate`` checks ids
 through it, importing the named adapter at validation time (before anything is compiled).
@@ -78,6 +78,8 @@ def load(library: str) -> ModuleType:
 def ids(library: str) -> tuple[str, ...]:
     """Every name ``library`` can make, without the prefix (imports its adapter)."""
     module = load(library)
+    if library in getattr(module, "PREFIXES", ()):  # one module, several prefixes: asked per prefix
+        return tuple(module.ids(library))
     names = tuple(module.ids())
     if library == getattr(module, "LIBRARY", library):
         return tuple(n for n in names if "/" not in n)
@@ -119,6 +121,9 @@ def make(env_id: str, options: dict):
     """``(library, env, env_params)`` of an env id, built by its adapter with ``options``."""
     library, name = split_id(env_id)
     module = load(library)
+    if library in getattr(module, "PREFIXES", ()):
+        env, env_params = module.make(name, dict(options), prefix=library)
+        return library, env, env_params
     if library != getattr(module, "LIBRARY", library):
         name = f"{library}/{name}"
     env, env_params = module.make(name, dict(options))

@@ -1,0 +1,360 @@
+"""MuJoCo Playground (``playground/<name>``) and Brax (``brax/<name>``) environments.
+
+One adapter for both libraries: their environments share Brax's ``State`` (``obs, reward, done,
+metrics, info`` plus the physics state) and a key-free ``step(state, action)``. The *raw* environment
+is used, never the libraries' training wrappers: Playground's ``wrap_for_brax_training`` and Brax's
+``AutoResetWrapper`` replace the last observation of an episode with the next episode's first one, so a
+time-limit truncation could not be bootstrapped from the state it really reached. Here the adapter
+keeps its own step counter (``PlaygroundState.time``) and the gymnax base class does the auto-reset,
+with the pre-reset observation in ``info["final_observation"]``:
+
+- ``terminated`` = the library's own ``done`` (e.g. Brax's ant falling, inverted_pendulum's pole past
+  0.2 rad, a NaN in Playground's physics); it never includes the time limit;
+- ``truncated`` = ``time >= max_steps_in_episode`` with ``max_steps_in_episode =
+  ceil(episode_length / action_repeat)``; ``episode_length`` counts the library's control steps, as
+  Brax's ``EpisodeWrapper`` does.
+
+Actions are ``Box[-1, 1]^action_size`` (both libraries scale ``[-1, 1]`` to the actuator ranges
+themselves). Observations are one float32 array: a Playground dict observation (locomotion:
+``state`` / ``privileged_state``) gives the field named by ``env.params.obs_key`` (default
+``"state"``).
+
+Options (``env.params``; unknown keys are a ConfigError naming the key and the allowed ones):
+
+==================  =========================================================================
+``episode_length``  control steps per episode (default: Playground's config value, 1000 for the
+                    dm_control suite; Brax: 1000)
+``action_repeat``   library steps per agent step, rewards summed (default 1; Playground's own
+                    config value where it sets one); stepping stops at a termination
+``obs_key``         the field of a dict observation to use (default ``"state"``)
+``impl``            Playground only: MJX implementation, ``"jax"`` (default, any device) or
+                    ``"warp"`` (the library's own default, CUDA only)
+``backend``         Brax only: physics pipeline, ``generalized`` (default) | ``positional`` |
+                    ``spring`` | ``mjx``
+``config``          library options: Playground: its config keys (flattened with dots, e.g.
+                    ``{ctrl_dt: 0.02}``); Brax: the env class's constructor arguments (e.g.
+                    ``{ctrl_cost_weight: 0.1}``) and ``n_frames``
+==================  =========================================================================
+
+Playground's locomotion and manipulation envs load their robots from ``mujoco_menagerie``, which the
+library ``git clone``s from GitHub into its install directory the first time such an env is built.
+Nothing here downloads at run time: those ids are offered only when the menagerie is already there,
+and refused with that reason otherwise. The dm_control suite's assets ship inside the wheel.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+from typing import Any
+
+# mujoco picks its OpenGL backend when imported; a headless machine has no display for GLFW
+if "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
+    os.environ["MUJOCO_GL"] = "egl"
+
+import brax.envs as brax_envs  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
+from flax import struct  # noqa: E402
+from gymnax.environments import spaces  # noqa: E402
+from gymnax.environments.environment import Environment  # noqa: E402
+from mujoco_playground._src import dm_control_suite, locomotion, manipulation, mjx_env  # noqa: E402
+
+from purejaxrl_opt.errors import ConfigError  # noqa: E402
+
+LIBRARY = "playground"
+# the env id prefixes this module serves: ``playground/<name>`` and ``brax/<name>``
+PREFIXES: tuple[str, ...] = ("playground", "brax")
+
+_COMMON_OPTIONS = ("episode_length", "action_repeat", "obs_key", "config")
+_OPTIONS = {"playground": _COMMON_OPTIONS + ("impl",), "brax": _COMMON_OPTIONS + ("backend",)}
+_IMPLS = ("jax", "warp")
+_BRAX_BACKENDS = ("generalized", "positional", "spring", "mjx")
+# set by this adapter's own options, so not accepted inside env.params.config
+_PLAYGROUND_RESERVED = ("episode_length", "action_repeat", "impl")
+_BRAX_EPISODE_LENGTH = 1000  # brax.envs.create's default
+
+
+def _menagerie_available() -> bool:
+    return mjx_env.MENAGERIE_PATH.exists()
+
+
+def _needs_menagerie(name: str) -> bool:
+    return name in locomotion.ALL_ENVS or name in manipulation.ALL_ENVS
+
+
+def ids(prefix: str = LIBRARY) -> tuple[str, ...]:
+    """Every name this adapter can make under ``prefix`` (without the prefix)."""
+    _check_prefix(prefix)
+    if prefix == "brax":
+        return tuple(sorted(brax_envs._envs))
+    names = tuple(dm_control_suite.ALL_ENVS)
+    if _menagerie_available():
+        names += tuple(locomotion.ALL_ENVS) + tuple(manipulation.ALL_ENVS)
+    return names
+
+
+def _check_prefix(prefix: str) -> None:
+    if prefix not in PREFIXES:
+        raise ConfigError(f"env id prefix '{prefix}' is not served by this adapter; it serves {list(PREFIXES)}")
+
+
+# --------------------------------------------------------------------------- env
+@struct.dataclass
+class PlaygroundParams:
+    max_steps_in_episode: int = 1000
+
+
+@struct.dataclass
+class PlaygroundState:
+    """The library's own ``State`` and this adapter's step counter (agent steps in this episode)."""
+
+    env_state: Any
+    time: jnp.ndarray
+
+
+def _obs_array(obs, obs_key: str | None):
+    if isinstance(obs, dict):
+        obs = obs[obs_key]
+    return jnp.asarray(obs, jnp.float32)
+
+
+class PlaygroundEnv(Environment):
+    """A Playground or Brax env in the gymnax 1.x protocol (see the module docstring).
+
+    ``reset``/``step`` (auto-reset, ``info["final_observation"]``) are gymnax's ``Environment``'s.
+    """
+
+    keyed_reset = True  # reset(key) determines the start state; step takes no randomness
+
+    def __init__(self, env_id: str, raw_env, action_repeat: int, obs_key: str | None, obs_shape):
+        self.env_id = env_id
+        self.raw_env = raw_env
+        self.action_repeat = action_repeat
+        self.obs_key = obs_key
+        self._obs_shape = tuple(obs_shape)
+        self._action_size = int(raw_env.action_size)
+        self._renderer = None
+
+    @property
+    def name(self) -> str:
+        return self.env_id
+
+    @property
+    def num_actions(self) -> int:
+        return self._action_size
+
+    @property
+    def default_params(self) -> PlaygroundParams:
+        return PlaygroundParams()
+
+    def reset_env(self, key, params):
+        env_state = self.raw_env.reset(key)
+        return _obs_array(env_state.obs, self.obs_key), PlaygroundState(env_state, jnp.zeros((), jnp.int32))
+
+    def step_env(self, key, state, action, params):
+        del key  # the libraries' step is deterministic
+        action = jnp.asarray(action, jnp.float32)
+        if self.action_repeat == 1:
+            env_state = self.raw_env.step(state.env_state, action)
+            reward = jnp.asarray(env_state.reward, jnp.float32)
+        else:
+            env_state, reward = self._repeat(state.env_state, action)
+        terminated = jnp.asarray(env_state.done) > 0.5
+        obs = _obs_array(env_state.obs, self.obs_key)
+        return obs, PlaygroundState(env_state, state.time + 1), reward, terminated, {}
+
+    def _repeat(self, env_state, action):
+        """``action_repeat`` library steps, rewards summed; a terminated env is not stepped further."""
+
+        def _one(carry, _):
+            env_state, total = carry
+            stepped = self.raw_env.step(env_state, action)
+            alive = jnp.asarray(env_state.done) <= 0.5
+            env_state = jax.tree.map(lambda new, old: jnp.where(alive, new, old), stepped, env_state)
+            return (env_state, total + jnp.where(alive, jnp.asarray(stepped.reward, jnp.float32), 0.0)), None
+
+        (env_state, total), _ = jax.lax.scan(_one, (env_state, jnp.zeros((), jnp.float32)), None,
+                                             length=self.action_repeat)
+        return env_state, total
+
+    def step_batch(self, keys, state, action, params):
+        """``jax.vmap(self.step)`` over ``keys [N]``, with the same numbers, but the batch's resets
+        (a physics ``forward`` each) are computed only on steps where some env's episode ended: most
+        steps of 1000-step episodes reset nothing. (Under a further vmap, e.g. over seeds, the cond
+        becomes a select and both branches run, as in ``vmap(step)``.)"""
+        split = jax.vmap(jax.random.split)(keys)
+        step_keys, reset_keys = split[:, 0], split[:, 1]  # gymnax's step: key_step, key_reset = split(key)
+        obs_st, state_st, reward, terminated, info = jax.vmap(self.step_env, in_axes=(0, 0, 0, None))(
+            step_keys, state, action, params)
+        truncated = jax.vmap(self.is_truncated, in_axes=(0, None))(state_st, params)
+        done = jnp.logical_or(terminated, truncated)
+
+        def _select(pick_reset, stepped):
+            where = done.reshape(done.shape + (1,) * (stepped.ndim - 1))
+            return jnp.where(where, pick_reset, stepped)
+
+        def _reset(_):
+            obs_re, state_re = jax.vmap(self.reset_env, in_axes=(0, None))(reset_keys, params)
+            return jax.tree.map(_select, (obs_re, state_re), (obs_st, state_st))
+
+        obs, state = jax.lax.cond(jnp.any(done), _reset, lambda _: (obs_st, state_st), None)
+        info = {**info, "terminated": terminated, "truncated": truncated, "final_observation": obs_st}
+        return obs, state, reward, terminated, truncated, info
+
+    def is_truncated(self, state, params):
+        return state.time >= params.max_steps_in_episode
+
+    def observation_space(self, params):
+        return spaces.Box(-jnp.inf, jnp.inf, self._obs_shape, jnp.float32)
+
+    def action_space(self, params):
+        return spaces.Box(-1.0, 1.0, (self._action_size,), jnp.float32)
+
+    # ----------------------------------------------------------------------- rendering
+    def render_frame(self, state, params, height: int = 240, width: int = 320) -> np.ndarray:
+        """uint8 ``[H, W, 3]`` of one (unbatched) state, by MuJoCo's offscreen renderer (EGL when
+        headless). Runs on the host, outside jit."""
+        model = self._mj_model()
+        if self._renderer is None:
+            self._renderer = mujoco.Renderer(model, height=height, width=width)
+        data = mujoco.MjData(model)
+        physics = state.env_state.pipeline_state if hasattr(state.env_state, "pipeline_state") \
+            else state.env_state.data
+        qpos = getattr(physics, "qpos", None)
+        qpos = getattr(physics, "q") if qpos is None else qpos
+        qvel = getattr(physics, "qvel", None)
+        qvel = getattr(physics, "qd") if qvel is None else qvel
+        data.qpos[:] = np.asarray(qpos)
+        data.qvel[:] = np.asarray(qvel)
+        mujoco.mj_forward(model, data)
+        self._renderer.update_scene(data)
+        return np.asarray(self._renderer.render(), np.uint8)
+
+    def _mj_model(self):
+        if hasattr(self.raw_env, "sys"):  # brax: the System keeps the MjModel it was built from
+            return self.raw_env.sys.mj_model
+        return self.raw_env.mj_model
+
+
+# --------------------------------------------------------------------------- construction
+def _int_option(options: dict, key: str, default: int, minimum: int) -> int:
+    value = options.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ConfigError(f"config key 'env.params.{key}' = {value!r} is invalid: must be an int >= {minimum}")
+    return int(value)
+
+
+def _flatten(config, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in config.items():
+        if hasattr(value, "items"):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _make_playground(name: str, options: dict):
+    if name not in dm_control_suite.ALL_ENVS and _needs_menagerie(name) and not _menagerie_available():
+        raise ConfigError(
+            f"env 'playground/{name}' needs the mujoco_menagerie robot assets, which MuJoCo Playground "
+            f"downloads (git clone from GitHub) into {mjx_env.MENAGERIE_PATH} the first time such an env "
+            "is built; this project does not download at run time. Clone mujoco_menagerie at commit "
+            f"{mjx_env.MENAGERIE_COMMIT_SHA} there to use it; offline ids: {list(ids('playground'))}")
+    if name not in ids("playground"):
+        raise ConfigError(f"unknown env 'playground/{name}'; available: {list(ids('playground'))}")
+    impl = options.get("impl", "jax")
+    if impl not in _IMPLS:
+        raise ConfigError(f"config key 'env.params.impl' = {impl!r} is invalid: must be one of {list(_IMPLS)}")
+    default = _flatten(_playground_default_config(name))
+    overrides = dict(options.get("config") or {})
+    for key in overrides:
+        if key in _PLAYGROUND_RESERVED:
+            raise ConfigError(f"config key 'env.params.config.{key}': set it as 'env.params.{key}'")
+        if key not in default:
+            allowed = sorted(k for k in default if k not in _PLAYGROUND_RESERVED)
+            raise ConfigError(f"unknown config key 'env.params.config.{key}' for playground/{name}; "
+                              f"allowed: {allowed}")
+    overrides["impl"] = impl
+    episode_length = _int_option(options, "episode_length", int(default.get("episode_length", 1000)), 1)
+    action_repeat = _int_option(options, "action_repeat", int(default.get("action_repeat", 1)), 1)
+    try:
+        raw = _load_playground(name, overrides)
+    except (TypeError, ValueError, KeyError) as err:  # ml_collections rejects a value of the wrong type
+        raise ConfigError(f"config key 'env.params.config' = {dict(options.get('config') or {})!r} is invalid "
+                          f"for playground/{name}: {err}") from err
+    return raw, episode_length, action_repeat
+
+
+def _playground_default_config(name: str):
+    if name in dm_control_suite.ALL_ENVS:
+        return dm_control_suite.get_default_config(name)
+    if name in locomotion.ALL_ENVS:
+        return locomotion.get_default_config(name)
+    return manipulation.get_default_config(name)
+
+
+def _load_playground(name: str, overrides: dict):
+    if name in dm_control_suite.ALL_ENVS:
+        return dm_control_suite.load(name, config_overrides=overrides)
+    if name in locomotion.ALL_ENVS:
+        return locomotion.load(name, config_overrides=overrides)
+    return manipulation.load(name, config_overrides=overrides)
+
+
+def _make_brax(name: str, options: dict):
+    if name not in brax_envs._envs:
+        raise ConfigError(f"unknown env 'brax/{name}'; available: {list(ids('brax'))}")
+    cls = brax_envs._envs[name]
+    backend = options.get("backend", "generalized")
+    if backend not in _BRAX_BACKENDS:
+        raise ConfigError(f"config key 'env.params.backend' = {backend!r} is invalid: must be one of "
+                          f"{list(_BRAX_BACKENDS)}")
+    allowed = sorted({p for p in inspect.signature(cls.__init__).parameters
+                      if p not in ("self", "backend", "kwargs")} | {"n_frames"})
+    kwargs = dict(options.get("config") or {})
+    for key in kwargs:
+        if key not in allowed:
+            raise ConfigError(f"unknown config key 'env.params.config.{key}' for brax/{name}; allowed: {allowed}")
+    episode_length = _int_option(options, "episode_length", _BRAX_EPISODE_LENGTH, 1)
+    action_repeat = _int_option(options, "action_repeat", 1, 1)
+    try:
+        raw = cls(backend=backend, **kwargs)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"config key 'env.params.config' = {kwargs!r} is invalid for brax/{name}: {err}") from err
+    return raw, episode_length, action_repeat
+
+
+def make(name: str, options: dict | None = None, prefix: str = LIBRARY):
+    """``(env, env_params)`` for ``<prefix>/<name>``; ``options`` = the run's ``env.params``."""
+    _check_prefix(prefix)
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(_OPTIONS[prefix]))
+    if unknown:
+        raise ConfigError(f"unknown config key 'env.params.{unknown[0]}' for {prefix}/{name}; "
+                          f"allowed: {sorted(_OPTIONS[prefix])}")
+    config = options.get("config")
+    if config is not None and not hasattr(config, "keys"):
+        raise ConfigError(f"config key 'env.params.config' = {config!r} is invalid: must be a mapping")
+    obs_key = options.get("obs_key", "state")
+    if not isinstance(obs_key, str):
+        raise ConfigError(f"config key 'env.params.obs_key' = {obs_key!r} is invalid: must be a string")
+    if prefix == "playground":
+        raw, episode_length, action_repeat = _make_playground(name, options)
+    else:
+        raw, episode_length, action_repeat = _make_brax(name, options)
+    obs = jax.eval_shape(raw.reset, jax.random.PRNGKey(0)).obs
+    if isinstance(obs, dict):
+        if obs_key not in obs:
+            raise ConfigError(f"config key 'env.params.obs_key' = {obs_key!r} is invalid for {prefix}/{name}: "
+                              f"must be one of its observation fields {sorted(obs)}")
+        obs = obs[obs_key]
+    elif "obs_key" in options:
+        raise ConfigError(f"config key 'env.params.obs_key' is invalid for {prefix}/{name}: its observation "
+                          "is one array, not a dict")
+    env = PlaygroundEnv(f"{prefix}/{name}", raw, action_repeat, obs_key, obs.shape)
+    return env, PlaygroundParams(max_steps_in_episode=math.ceil(episode_length / action_repeat))
