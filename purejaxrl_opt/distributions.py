@@ -17,6 +17,17 @@ import jax.numpy as jnp
 
 DistParams = dict[str, jnp.ndarray]
 
+# the logit of an illegal action: finite, so log-probs, entropy and KL stay finite (its probability
+# is exactly 0 in float32: exp(-1e9 - max) underflows), and far below any legal logit
+MASKED_LOGIT = -1e9
+
+
+def mask_logits(logits: jnp.ndarray, action_mask: jnp.ndarray) -> jnp.ndarray:
+    """``logits [..., A]`` with the illegal actions (``action_mask [..., A]`` 0; 1 = legal) set to
+    :data:`MASKED_LOGIT`: the categorical over the legal actions, renormalised. The masked entries are
+    constants, so their gradient (and their share of the Fisher) is zero."""
+    return jnp.where(action_mask > 0.5, logits, MASKED_LOGIT)
+
 
 class Distribution(Protocol):
     def log_prob(self, params: DistParams, action: jnp.ndarray) -> jnp.ndarray: ...

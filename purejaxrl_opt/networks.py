@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from purejaxrl_opt.config import NetworkConfig
+from purejaxrl_opt.distributions import mask_logits
 from purejaxrl_opt.envs import EnvSpec
 
 ACTIVATIONS: dict[str, Callable] = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu}
@@ -106,6 +107,23 @@ class Torso(nn.Module):
         return x.reshape(batch_shape + (x.shape[-1],))
 
 
+def action_mask_of(spec: EnvSpec, obs: jnp.ndarray) -> jnp.ndarray:
+    """The legal-action mask ``[..., A]`` of observations ``[..., D]`` of an env with
+    ``spec.action_mask``: their last ``A`` entries (envs/protocol: 1 = legal)."""
+    return obs[..., obs.shape[-1] - spec.num_actions:]
+
+
+def masked(spec: EnvSpec, logits: jnp.ndarray, obs: jnp.ndarray) -> jnp.ndarray:
+    """``logits`` with the actions ``obs`` marks illegal masked out (unchanged unless ``spec.action_mask``).
+
+    The mask entries stay in the observation the torso sees: they are a function of the state (e.g.
+    Snake: which neighbours are free), so they are features the critic and the actor can use, and the
+    torso, the critic and the observation shape are the same for every env."""
+    if not spec.action_mask:
+        return logits
+    return mask_logits(logits, action_mask_of(spec, obs))
+
+
 class Actor(nn.Module):
     """Policy network: observation -> distribution parameters (see distributions.py)."""
 
@@ -118,7 +136,7 @@ class Actor(nn.Module):
                   self.net.cnn_channels)(obs)
         out = _dense(self.spec.num_actions, 0.01)(x)
         if self.spec.discrete:
-            return {"logits": out}
+            return {"logits": masked(self.spec, out, obs)}
         log_std = self.param("log_std", nn.initializers.constant(self.net.log_std_init),
                              (self.spec.num_actions,))
         return {"mean": out, "log_std": jnp.broadcast_to(log_std, out.shape)}

@@ -53,11 +53,14 @@ class Recurrence:
     # (params, memory [N, ...], embedded [T, N, ...], done [T, N]) -> (memory, h [T, N, H],
     # memory_after [T, N, ...]): ``core`` scanned over time with resets (:func:`scan_cell`)
     sequence: Callable[[Any, Any, jnp.ndarray, jnp.ndarray], tuple[Any, jnp.ndarray, Any]]
+    # (out, obs) -> out: what the head's output needs from the observation it answers (an actor on an
+    # env with action masks: networks.masked); identity otherwise
+    finish: Callable[[Any, jnp.ndarray], Any] = lambda out, obs: out
 
     def step(self, params, memory, obs: jnp.ndarray):
         """One step: ``(memory [N, ...], obs [N, *obs]) -> (memory, out)``."""
         memory, h = self.core(params, memory, self.embed(params, obs))
-        return memory, self.head(params, h)
+        return memory, self.finish(self.head(params, h), obs)
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,7 @@ def replay(recurrence: Recurrence, params, memory, obs: jnp.ndarray, done: jnp.n
     # only the hidden side is sequential: the torso and the cell's input side see all [T, N]
     # observations in one batched call, the head all [T, N] outputs
     memory, h, memory_after = recurrence.sequence(params, memory, recurrence.embed(params, obs), done)
-    return memory, recurrence.head(params, h), memory_after
+    return memory, recurrence.finish(recurrence.head(params, h), obs), memory_after
 
 
 def _scan_forward(cell: str, kernel, bias, memory, projected, done):
@@ -221,8 +224,11 @@ def mlp_value(spec: EnvSpec, net: NetworkConfig) -> ValueFunction:
 
 
 # --------------------------------------------------------------------------- recurrent (GRU / LSTM)
-def _recurrence(module, spec: EnvSpec, net: NetworkConfig) -> tuple[Callable, Recurrence]:
-    from purejaxrl_opt.networks import zero_memory
+def _recurrence(module, spec: EnvSpec, net: NetworkConfig, actor: bool = False) -> tuple[Callable, Recurrence]:
+    from purejaxrl_opt.networks import masked, zero_memory
+
+    def finish(out, obs):  # the actor's logits with the illegal actions masked (networks.masked)
+        return dict(out, logits=masked(spec, out["logits"], obs)) if actor and spec.action_mask else out
 
     def init(key):
         return module.init(key, zero_memory(net, (1,)), jnp.zeros((1,) + spec.obs_shape, jnp.float32))
@@ -234,7 +240,8 @@ def _recurrence(module, spec: EnvSpec, net: NetworkConfig) -> tuple[Callable, Re
         head=lambda params, h: module.apply(params, h, method="head"),
         sequence=lambda params, memory, x, done: scan_cell(
             net.recurrent, params["params"]["cell"]["recurrent_kernel"],
-            params["params"]["cell"].get("recurrent_bias"), memory, x, done))
+            params["params"]["cell"].get("recurrent_bias"), memory, x, done),
+        finish=finish)
 
 
 def _batch_shape(spec: EnvSpec, obs: jnp.ndarray) -> tuple[int, ...]:
@@ -253,7 +260,7 @@ def _episodes(recurrence: Recurrence, spec: EnvSpec, params, obs: jnp.ndarray):
 def recurrent_policy(spec: EnvSpec, net: NetworkConfig) -> Policy:
     from purejaxrl_opt.networks import RecurrentActor
 
-    init, recurrence = _recurrence(RecurrentActor(spec, net), spec, net)
+    init, recurrence = _recurrence(RecurrentActor(spec, net), spec, net, actor=True)
 
     def start(params, obs):
         return recurrence.step(params, recurrence.zero(_batch_shape(spec, obs)), obs)
