@@ -52,6 +52,12 @@ CASES: tuple[Case, ...] = (
     Case("gymnax/Pendulum-v1", (("max_steps_in_episode", 16),)),  # continuous; only truncations
     Case("Breakout-MinAtar", (("max_steps_in_episode", 24),)),  # image observations [10, 10, 4]
     Case("Addition-v0", steps=12),  # token env: int32 token buffer; ends at <eos> or 4 answer tokens
+    Case("navix/Navix-Empty-5x5-v0", (("max_steps_in_episode", 12),), steps=40),  # uint8 grid [5, 5, 3]
+    Case("jumanji/Snake-v1", (("max_steps_in_episode", 16),), action_mask=True, steps=40),  # structure, mask
+    Case("jumanji/Game2048-v1", (("max_steps_in_episode", 16),), action_mask=True, steps=40),
+    Case("craftax/Craftax-Classic-Symbolic-v1", (("max_steps_in_episode", 12),), steps=30),  # optimistic reset
+    Case("playground/CartpoleBalance", (("episode_length", 12),), steps=30),  # MJX; only truncations
+    Case("brax/inverted_pendulum", (("episode_length", 40),), steps=40),  # brax: falls terminate
 )
 MASKED: tuple[Case, ...] = tuple(case for case in CASES if case.action_mask)
 
@@ -283,11 +289,14 @@ def test_an_unknown_library_lists_the_libraries():
         envs.make("nolibrary/Thing-v0")
     message = str(error.value)
     assert "'env.id'" in message and "unknown library 'nolibrary'" in message
-    for library in ("gymnax", "navix", "jumanji", "craftax", "playground", "brax", "xminigrid"):
+    for library in ("gymnax", "navix", "jumanji", "craftax", "playground", "brax"):
         assert f"'{library}'" in message
 
 
-@pytest.mark.parametrize("env_id,library", [("gymnax/NoSuchEnv-v0", "gymnax"), ("tokens/Nope-v0", "tokens")])
+@pytest.mark.parametrize("env_id,library", [("gymnax/NoSuchEnv-v0", "gymnax"), ("tokens/Nope-v0", "tokens"),
+                                            ("navix/Nope-v0", "navix"), ("jumanji/Nope-v0", "jumanji"),
+                                            ("craftax/Nope-v1", "craftax"), ("playground/Nope", "playground"),
+                                            ("brax/nope", "brax")])
 def test_an_unknown_id_lists_the_library_ids(env_id, library):
     with pytest.raises(ConfigError) as error:
         envs.make(env_id)
