@@ -383,11 +383,13 @@ class GRPOConfig(AlgoConfig):
                self.dynamic_sampling_oversample, "an int >= 1 (1 = no dynamic sampling)")
         non_negative(f"{prefix}.overlong_buffer", self.overlong_buffer)
         non_negative(f"{prefix}.overlong_penalty", self.overlong_penalty)
-        token_env = run.env.id in TOKEN_ENV_IDS or ":" in run.env.id
+        from purejaxrl_opt.envs.registry import ids, split_id
+
+        token_env = split_id(run.env.id)[0] == "tokens"
         for key, on in (("mask_truncated_completions", self.mask_truncated_completions),
                         ("overlong_buffer", self.overlong_buffer > 0)):
             _check(not on or token_env, f"{prefix}.{key}", getattr(self, key),
-                   f"off on {run.env.id}: it concerns answers of a token env ({list(TOKEN_ENV_IDS)} "
+                   f"off on {run.env.id}: it concerns answers of a token env ({list(ids('tokens'))} "
                    "or a user task)")
         non_negative(f"{prefix}.beta", self.beta)
         non_negative(f"{prefix}.ref_update_every", self.ref_update_every)

@@ -112,7 +112,7 @@ def test_shipped_suites_compose_and_validate_without_training():
             benchmark.check_entry(entry, benchmark.compose_entry(entry))
     quick = benchmark.load_suite("quick")
     assert {e.algo for e in quick.entries} == {"ppo", "trpo", "grpo"}
-    assert all(e.num_seeds == 16 and e.seed == 1000 for e in quick.entries)
+    assert all(e.num_seeds == 16 and e.seed == 2000 for e in quick.entries)  # a report range (SEEDS.md)
     for entry in quick.entries:
         for ref in entry.references:
             assert ref.source.startswith("https://") and ref.what

@@ -12,6 +12,7 @@ import pytest
 from purejaxrl_opt import algos, losses, rollout
 from purejaxrl_opt.algos import grpo
 from purejaxrl_opt.config import ConfigError, EnvConfig, GRPOConfig, NetworkConfig, RunConfig, hyperparameters
+from purejaxrl_opt.algos.base import host_metrics
 from purejaxrl_opt.envs.tokens import EOS
 
 # two episodes of a batch: 3 and 2 real steps
@@ -254,7 +255,7 @@ def test_dapo_style_gspo_run_on_a_token_env_counts_every_sampled_step():
                     network=NET, total_timesteps=600, eval_episodes=4)
     run.validate()
     out = jax.jit(algos.make_train(run))(jax.random.PRNGKey(0))
-    metrics = {k: np.asarray(v) for k, v in out.metrics.items()}
+    metrics = host_metrics(out.metrics)
     ran = np.isfinite(metrics["env_steps"])
     assert ran.sum() >= 3
     np.testing.assert_array_equal(metrics["episodes"][ran], 32)  # 2 x 4 groups x 4 answers
@@ -280,7 +281,7 @@ def test_dynamic_sampling_and_gspo_on_a_gymnax_env(level):
     algo = algos.make_algorithm(run)
     assert grpo.uses_block_path(algo.spec, algo.policy, run.algo) == (level == "token")
     out = jax.jit(algos.make_train(run))(jax.random.PRNGKey(0))
-    steps = np.asarray(out.metrics["env_steps"])
+    steps = host_metrics(out.metrics)["env_steps"]
     ran = np.isfinite(steps)
     np.testing.assert_array_equal(steps[ran], 72 * np.arange(1, 6))  # ceil(300 / 72) = 5 updates
     np.testing.assert_array_equal(np.asarray(out.metrics["episodes"])[ran], 8)

@@ -30,7 +30,7 @@ LAYERS = {
     "algos.base": FRAMEWORK,
     # shared stages
     "rollout": STAGE, "actor_critic": STAGE, "evaluation": STAGE, "losses": STAGE,
-    "natural_gradient": STAGE, "optim": STAGE, "collectives": STAGE,
+    "natural_gradient": STAGE, "optim": STAGE, "collectives": STAGE, "episode_losses": STAGE,
     # models
     "policies": MODEL, "networks": MODEL, "transformer": MODEL, "distributions": MODEL,
     "pretrained": MODEL,

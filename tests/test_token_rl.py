@@ -221,7 +221,7 @@ def test_token_ppo_budget_counts_real_answer_tokens():
     algo = make_algorithm(run)
     assert algo.num_updates == 13  # ceil(200 / 16): answers of one token would need that many
     out = jax.jit(algos.make_train(run))(jax.random.PRNGKey(0))
-    steps = np.asarray(out.metrics["env_steps"])
+    steps = host_metrics(out.metrics)["env_steps"]
     ran = np.isfinite(steps)
     per_update = np.diff(np.concatenate([[0.0], steps[ran]]))
     np.testing.assert_allclose(per_update, 16 * np.asarray(out.metrics["episode_length"])[ran], rtol=1e-6)

@@ -362,7 +362,8 @@ def test_wandb_rows_survive_the_kill_and_the_resume_continues_the_same_run(kille
     for row in killed + resumed:
         reference = csv_rows[row["update"]]
         if reference["return_mean"]:  # NaN (no episode ended in that update) is not logged
-            assert row["seed_1/return_mean"] == pytest.approx(float(reference["return_mean"]), rel=1e-6)
+            # metrics.csv keeps 6 significant digits
+            assert row["seed_1/return_mean"] == pytest.approx(float(reference["return_mean"]), rel=1e-5)
         assert row["env_steps"] == float(reference["env_steps"])
 
 
