@@ -87,7 +87,8 @@ def _names_itself(path: Path) -> bool:
         return isinstance(data, dict) and bool(data.get("commit")) and bool(data.get("command"))
     if path.suffix in (".md", ".txt", ".csv"):
         text = path.read_text()
-        return bool(re.search(r"^commit: \S+", text, re.M)) and bool(re.search(r"^command: \S+", text, re.M))
+        return (bool(re.search(r"^(?:- )?commit: \S+", text, re.M))
+                and bool(re.search(r"^(?:- )?command: \S+", text, re.M)))
     return False
 
 

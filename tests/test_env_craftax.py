@@ -79,6 +79,7 @@ def test_ids_and_config_errors():
     assert env.keyed_reset and not env.action_mask
 
 
+@pytest.mark.slow  # the contract suite (test_env_contract.py) checks shapes and dtypes in the fast tier
 def test_shapes_dtypes_against_spaces(craftax):
     env, params = craftax["env"], craftax["params"]
     obs_space, action_space = env.observation_space(params), env.action_space(params)

@@ -114,6 +114,7 @@ def test_defaults_and_spaces(cartpole, pendulum):
         assert c.spec.max_steps == 1000
 
 
+@pytest.mark.slow  # the contract suite (test_env_contract.py) checks this on both envs in the fast tier
 def test_shapes_dtypes_match_spaces(any_env):
     c = any_env
     action = c.env.action_space(c.params).sample(jax.random.PRNGKey(1))
@@ -132,6 +133,7 @@ def test_shapes_dtypes_match_spaces(any_env):
     assert float(reward) == float(raw_reward)
 
 
+@pytest.mark.slow  # the contract suite (test_env_contract.py) checks this on both envs in the fast tier
 def test_determinism_under_the_same_key(any_env):
     c = any_env
     actions = _actions(c)
@@ -142,6 +144,7 @@ def test_determinism_under_the_same_key(any_env):
     assert not np.array_equal(np.asarray(first[0]), np.asarray(other[0]))
 
 
+@pytest.mark.slow  # the contract suite (test_env_contract.py) checks this on both envs in the fast tier
 def test_jit_vmap_scan(any_env):
     c = any_env
     num_envs, num_steps = 4, 6
