@@ -100,6 +100,7 @@ def test_shapes_dtypes_against_spaces(craftax):
     np.testing.assert_allclose(np.asarray(craftax["obs"][:, HEALTH_INDEX]), 0.9, atol=1e-3)
 
 
+@pytest.mark.slow  # the contract suite (test_env_contract.py) checks determinism in the fast tier
 def test_deterministic_under_the_same_key(craftax):
     params = craftax["params"]
     keys = jax.random.split(jax.random.PRNGKey(0), NUM_ENVS)
