@@ -63,6 +63,16 @@ def _leaf_paths(tree) -> list[str]:
     return [jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
 
 
+def _verified_leaves(state: dict, count: int, paths, manifest: dict, where) -> list:
+    """The restored leaves as host arrays, each checked against the digest saved in ``manifest``."""
+    host = [np.asarray(state[f"leaf_{i:04d}"]) for i in range(count)]
+    for path, array in zip(paths, host):
+        if _digest(array) != manifest["digests"].get(path):
+            raise CheckpointError(f"checkpoint {where} is corrupt: the data of leaf {path} does not "
+                                  "match the digest recorded when it was saved")
+    return host
+
+
 def _digest(array: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
 
@@ -242,11 +252,7 @@ def restore(run_dir: str | os.PathLike, expected_fingerprint: dict, loop_shape,
     except Exception as error:  # noqa: BLE001
         raise CheckpointError(f"checkpoint {where} is corrupt or unreadable ({type(error).__name__}: "
                               f"{error}); other checkpoints: {available_steps(run_dir)}") from error
-    host = [np.asarray(state[f"leaf_{i:04d}"]) for i in range(len(leaves))]
-    for path, array in zip(paths, host):
-        if _digest(array) != manifest["digests"].get(path):
-            raise CheckpointError(f"checkpoint {where} is corrupt: the data of leaf {path} does not "
-                                  "match the digest recorded when it was saved")
+    host = _verified_leaves(state, len(leaves), paths, manifest, where)
     if int(manifest["update_idx"]) != step:
         raise CheckpointError(f"checkpoint {where} is corrupt: its manifest says update "
                               f"{manifest['update_idx']}")
@@ -339,9 +345,5 @@ def restore_tree(directory: str | os.PathLike, template) -> tuple[Any, dict]:
     except Exception as error:  # noqa: BLE001
         raise CheckpointError(f"checkpoint {directory} is corrupt or unreadable ({type(error).__name__}: "
                               f"{error})") from error
-    host = [np.asarray(state[f"leaf_{i:04d}"]) for i in range(len(leaves))]
-    for path, array in zip(paths, host):
-        if _digest(array) != manifest["digests"].get(path):
-            raise CheckpointError(f"checkpoint {directory} is corrupt: the data of leaf {path} does "
-                                  "not match the digest recorded when it was saved")
+    host = _verified_leaves(state, len(leaves), paths, manifest, directory)
     return jax.tree_util.tree_unflatten(treedef, host), manifest
