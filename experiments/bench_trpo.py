@@ -100,12 +100,12 @@ def breakdown(env_id: str, num_envs: int, num_steps: int, repeats: int, **algo_o
 
     @jax.jit
     def make_batch(state):
-        _, batch, _ = rollout.collect(env, env_params, spec, parts.dist, parts.actor.apply,
+        _, batch, _ = rollout.collect(env, env_params, spec, parts.dist, parts.networks.policy.apply,
                                       state.actor_params, state.obs_norm, state.env,
                                       jax.random.PRNGKey(1), num_steps, run.env.clip_actions)
         obs = envs.obs_norm_apply(state.obs_norm, batch.obs)
-        values = parts.critic.apply(state.critic_params, obs)
-        next_values = parts.critic.apply(state.critic_params,
+        values = parts.networks.value.apply(state.critic_params, obs)
+        next_values = parts.networks.value.apply(state.critic_params,
                                          envs.obs_norm_apply(state.obs_norm, batch.final_obs))
         advantages, returns = rollout.gae(batch.reward, values, next_values, batch.terminated,
                                           batch.done, hparams["gamma"], hparams["gae_lambda"])

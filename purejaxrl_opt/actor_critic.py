@@ -29,8 +29,7 @@ from purejaxrl_opt.collectives import DataAxis
 from purejaxrl_opt.config import RunConfig
 from purejaxrl_opt.distributions import Distribution, for_spec
 from purejaxrl_opt.envs import EnvSpec
-from purejaxrl_opt.networks import Actor, Critic
-from purejaxrl_opt.policies import Policy, ValueFunction, as_policy, make_policy, make_value, replay
+from purejaxrl_opt.policies import Policy, ValueFunction, make_policy, make_value, replay
 
 
 class Transitions(struct.PyTreeNode):
@@ -81,6 +80,33 @@ def replay_critic(value: ValueFunction, critic_params, seq: Sequences) -> jnp.nd
     return time_major(out)
 
 
+class Networks(NamedTuple):
+    """The actor and critic of an actor-critic run, built in one place (:func:`make_networks`).
+
+    ``actor_apply`` / ``critic_apply`` take what an update has: observations ``[B, *obs]`` for MLP/CNN
+    networks, the rollout's :class:`Sequences` (replayed from their start states) for recurrent ones.
+    """
+
+    policy: Policy  # recurrent networks: with its Recurrence
+    value: ValueFunction
+
+    @property
+    def recurrent(self) -> bool:
+        return self.policy.recurrence is not None
+
+    def actor_apply(self, params, inputs):
+        return replay_actor(self.policy, params, inputs) if self.recurrent else self.policy.apply(params, inputs)
+
+    def critic_apply(self, params, inputs):
+        return replay_critic(self.value, params, inputs) if self.recurrent else self.value.apply(params, inputs)
+
+
+def make_networks(spec: EnvSpec, net) -> Networks:
+    """The actor and critic for ``spec`` from ``network.*`` (:func:`policies.make_policy` /
+    :func:`policies.make_value`: MLP, CNN, GRU/LSTM or transformer)."""
+    return Networks(make_policy(spec, net), make_value(spec, net))
+
+
 class Experience(NamedTuple):
     """What one rollout gives an update."""
 
@@ -102,22 +128,27 @@ class InitialParts(NamedTuple):
 
 @dataclass(frozen=True)
 class ActorCriticStage:
-    """The shared stage for one run: an MLP/CNN actor and critic on a gymnax env."""
+    """The shared stage for one run: the actor and critic (any network kind) on any registered env."""
 
     run: RunConfig
     env: Any
     env_params: Any
     spec: EnvSpec
     dist: Distribution
-    actor: Actor
-    critic: Critic
     data: DataAxis
-    policy: Policy  # the actor as a Policy bundle (recurrent networks: with its Recurrence)
-    value: ValueFunction | None  # recurrent networks' critic bundle; None for the MLP critic
+    networks: Networks
+
+    @property
+    def policy(self) -> Policy:
+        return self.networks.policy
+
+    @property
+    def value(self) -> ValueFunction:
+        return self.networks.value
 
     @property
     def recurrent(self) -> bool:
-        return self.policy.recurrence is not None
+        return self.networks.recurrent
 
     @property
     def global_batch_size(self) -> int:
@@ -127,7 +158,6 @@ class ActorCriticStage:
     def init(self, key: jax.Array) -> InitialParts:
         """Fresh actor and critic parameters, reset envs (this device's shard), observation statistics."""
         actor_key, critic_key, env_key, key = jax.random.split(key, 4)
-        dummy = jnp.zeros((1,) + self.spec.obs_shape, jnp.float32)
         obs_norm = envs.obs_norm_init(self.spec.obs_shape) if self.run.env.normalize_obs else None
         num_envs, global_envs = self.data.env_shard(self.run.algo.num_envs)
         carry = rollout.reset_carry(self.env, self.env_params, env_key, num_envs, global_envs)
@@ -138,10 +168,8 @@ class ActorCriticStage:
         if self.recurrent:
             carry = carry._replace(memory=self.policy.recurrence.zero((num_envs,)),
                                    critic_memory=self.value.recurrence.zero((num_envs,)))
-            return InitialParts(self.policy.init(actor_key), self.value.init(critic_key), carry, obs_norm,
-                                key, reward_norm)
-        return InitialParts(self.actor.init(actor_key, dummy), self.critic.init(critic_key, dummy), carry,
-                            obs_norm, key, reward_norm)
+        return InitialParts(self.policy.init(actor_key), self.value.init(critic_key), carry, obs_norm, key,
+                            reward_norm)
 
     def experience(self, actor_params, critic_params, obs_norm, carry: rollout.EnvCarry, key: jax.Array,
                    hparams, reward_norm: envs.ObsNormState | None = None) -> Experience:
@@ -154,7 +182,7 @@ class ActorCriticStage:
         start = carry
         carry, batch, stats = rollout.collect(
             self.env, self.env_params, self.spec, self.dist,
-            self.policy if self.recurrent else self.actor.apply, actor_params, obs_norm,
+            self.policy if self.recurrent else self.policy.apply, actor_params, obs_norm,
             carry, key, cfg.num_steps, self.run.env.clip_actions, global_envs)
         stats = jax.tree_util.tree_map(self.data.sum, stats)
         if reward_norm is not None:
@@ -170,8 +198,8 @@ class ActorCriticStage:
                                              reward_norm)
 
         obs = envs.obs_norm_apply(obs_norm, batch.obs)
-        values = self.critic.apply(critic_params, obs)
-        next_values = self.critic.apply(critic_params, envs.obs_norm_apply(obs_norm, batch.final_obs))
+        values = self.value.apply(critic_params, obs)
+        next_values = self.value.apply(critic_params, envs.obs_norm_apply(obs_norm, batch.final_obs))
         advantages, returns = rollout.gae(batch.reward, values, next_values, batch.terminated,
                                           batch.done, hparams["gamma"], hparams["gae_lambda"])
         batch_size = num_envs * cfg.num_steps  # this device's
@@ -212,13 +240,5 @@ class ActorCriticStage:
 
 
 def make_stage(run: RunConfig, env, env_params, spec: EnvSpec, axis_name: str | None = None) -> ActorCriticStage:
-    if run.network.is_recurrent:
-        from purejaxrl_opt.networks import RecurrentActor, RecurrentCritic
-
-        return ActorCriticStage(run, env, env_params, spec, for_spec(spec.discrete),
-                                RecurrentActor(spec, run.network), RecurrentCritic(spec, run.network),
-                                DataAxis(axis_name), make_policy(spec, run.network),
-                                make_value(spec, run.network))
-    actor = Actor(spec, run.network)
-    return ActorCriticStage(run, env, env_params, spec, for_spec(spec.discrete), actor,
-                            Critic(spec, run.network), DataAxis(axis_name), as_policy(actor.apply), None)
+    return ActorCriticStage(run, env, env_params, spec, for_spec(spec.discrete), DataAxis(axis_name),
+                            make_networks(spec, run.network))

@@ -69,7 +69,7 @@ def test_the_stage_feeds_gae_the_scaled_rewards_and_carries_each_envs_return():
     key = jax.random.PRNGKey(1)
     exp = stage.experience(parts.actor_params, parts.critic_params, None, parts.env, key, hparams,
                            parts.reward_norm)
-    _, batch, _ = rollout.collect(env, env_params, spec, stage.dist, stage.actor.apply, parts.actor_params,
+    _, batch, _ = rollout.collect(env, env_params, spec, stage.dist, stage.policy.apply, parts.actor_params,
                                   None, parts.env, key, 32, True)
     reward, done = np.asarray(batch.reward), np.asarray(batch.done)
     assert done.any()  # episodes of 20 steps end inside the rollout
@@ -81,8 +81,8 @@ def test_the_stage_feeds_gae_the_scaled_rewards_and_carries_each_envs_return():
     np.testing.assert_allclose(exp.carry.discounted_return, g, rtol=1e-5)
     std = np.sqrt(np.var(np.concatenate(seen)))
     np.testing.assert_allclose(np.sqrt(float(exp.reward_norm.var)), std, rtol=1e-3)
-    values = stage.critic.apply(parts.critic_params, batch.obs)
-    next_values = stage.critic.apply(parts.critic_params, batch.final_obs)
+    values = stage.value.apply(parts.critic_params, batch.obs)
+    next_values = stage.value.apply(parts.critic_params, batch.final_obs)
     advantages, _ = rollout.gae(jnp.asarray(reward / std), values, next_values, batch.terminated, batch.done,
                                 0.9, 0.95)
     np.testing.assert_allclose(exp.transitions.advantages, np.asarray(advantages).reshape(-1), rtol=1e-3,

@@ -10,11 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from purejaxrl_opt import envs, losses, rollout
-from purejaxrl_opt.actor_critic import Transitions, make_stage, replay_actor, replay_critic
+from purejaxrl_opt.actor_critic import Transitions, make_stage
 from purejaxrl_opt.algos.base import Algorithm
 from purejaxrl_opt.config import PPOConfig, RunConfig
 from purejaxrl_opt.optim import adam, annealed, minibatch_epochs
@@ -49,8 +50,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
     """
     cfg: PPOConfig = run.algo
     stage = make_stage(run, env, env_params, spec, axis_name)
-    actor, critic, dist, data = stage.actor, stage.critic, stage.dist, stage.data
-    recurrent = stage.recurrent
+    networks, dist, data = stage.networks, stage.dist, stage.data
     num_updates = cfg.num_updates(run.total_timesteps)
 
     def init(key, hparams):
@@ -61,25 +61,16 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
         return PPOState(params, opt_state, parts.env, parts.obs_norm, parts.key, parts.reward_norm)
 
     def loss_fn(params, mb: Transitions, hparams):
-        # recurrent: mb is Sequences ([M, T] leaves); every term below is elementwise, then a mean
-        dist_params = (replay_actor(stage.policy, params["actor"], mb) if recurrent
-                       else actor.apply(params["actor"], mb.obs))
+        # recurrent: mb is Sequences ([M, T] leaves), replayed from their start states; every term is
+        # elementwise, then a plain mean
+        inputs = mb if networks.recurrent else mb.obs
+        dist_params = networks.actor_apply(params["actor"], inputs)
         log_prob = dist.log_prob(dist_params, mb.action)
         advantages = (losses.normalize(mb.advantages, axis_name=axis_name) if cfg.normalize_advantages
                       else mb.advantages)
-        policy_loss = -losses.clipped_surrogate(log_prob, mb.log_prob_old, advantages,
-                                                hparams["clip_eps"]).mean()
-        values = (replay_critic(stage.value, params["critic"], mb) if recurrent
-                  else critic.apply(params["critic"], mb.obs))
-        value_loss = losses.value_loss(values, mb.value_old, mb.returns,
-                                       hparams["clip_eps"] if cfg.clip_value else None).mean()
-        entropy = dist.entropy(dist_params).mean()
-        total = policy_loss + hparams["vf_coef"] * value_loss - hparams["ent_coef"] * entropy
-        diagnostics = {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy,
-                       "approx_kl": losses.approx_kl(log_prob, mb.log_prob_old).mean(),
-                       "clip_frac": losses.clip_fraction(log_prob, mb.log_prob_old,
-                                                         hparams["clip_eps"]).mean()}
-        return total, diagnostics
+        values = networks.critic_apply(params["critic"], inputs)
+        return losses.ppo_objective(log_prob, mb.log_prob_old, advantages, values, mb.value_old, mb.returns,
+                                    dist.entropy(dist_params), hparams, cfg.clip_value, jnp.mean)
 
     def update(state: PPOState, hparams, update_idx):
         key, rollout_key, shuffle_key = jax.random.split(state.key, 3)

@@ -22,13 +22,11 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from purejaxrl_opt import envs, losses, natural_gradient, rollout
-from purejaxrl_opt.actor_critic import Sequences, make_stage, replay_actor, replay_critic
+from purejaxrl_opt.actor_critic import Networks, make_networks, make_stage
 from purejaxrl_opt.algos.base import Algorithm
 from purejaxrl_opt.collectives import DataAxis
 from purejaxrl_opt.config import RunConfig, TRPOConfig
 from purejaxrl_opt.distributions import for_spec
-from purejaxrl_opt.networks import Actor, Critic
-from purejaxrl_opt.policies import make_policy, make_value
 from purejaxrl_opt.optim import adam, minibatch_epochs
 
 METRICS = ("return_mean", "episode_length", "episodes", "kl", "surrogate_improvement",
@@ -73,8 +71,7 @@ class PolicyProblem(NamedTuple):
 class TRPOParts(NamedTuple):
     """TRPO's pieces as pure functions, shared by :func:`make_algorithm` and the benchmark."""
 
-    actor: Actor
-    critic: Critic
+    networks: Networks  # the actor and critic (actor_critic.make_networks)
     dist: Any
     # ``obs`` below is the observations [B, *obs], or (recurrent networks) the rollout's Sequences
     # with action/advantages/returns [N, T]: the items are then whole env sequences
@@ -93,17 +90,9 @@ def make_parts(run: RunConfig, spec, axis_name=None) -> TRPOParts:
     ``policy_problem`` itself stays local (its ``objective_fn``/``fvp`` are the device's means)."""
     cfg: TRPOConfig = run.algo
     dist = for_spec(spec.discrete)
-    actor, critic = Actor(spec, run.network), Critic(spec, run.network)
-    if run.network.is_recurrent:
-        policy, value = make_policy(spec, run.network), make_value(spec, run.network)
-
-        def actor_apply(params, seq: Sequences):  # the whole sequences, replayed from their starts
-            return replay_actor(policy, params, seq)
-
-        def critic_apply(params, seq: Sequences):
-            return replay_critic(value, params, seq)
-    else:
-        actor_apply, critic_apply = actor.apply, critic.apply
+    networks = make_networks(spec, run.network)
+    # recurrent networks: the inputs are whole sequences, replayed from their starts
+    actor_apply, critic_apply = networks.actor_apply, networks.critic_apply
 
     def num_items(obs) -> int:  # samples, or env sequences (static)
         return jax.tree_util.tree_leaves(obs)[0].shape[0]
@@ -168,7 +157,7 @@ def make_parts(run: RunConfig, spec, axis_name=None) -> TRPOParts:
             reduce_grads=pmean, shuffle_key=local_key)
         return unravel(flat_params), opt_state, pmean(loss.mean())
 
-    return TRPOParts(actor, critic, dist, policy_problem, policy_step, critic_step)
+    return TRPOParts(networks, dist, policy_problem, policy_step, critic_step)
 
 
 def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Algorithm:
