@@ -290,7 +290,17 @@ python -m purejaxrl_opt.train algo.not_shown=1
         ["algo=ppo", "seed=0"], ["algo=ppo", "seed=1"], ["algo=trpo", "seed=0"], ["algo=trpo", "seed=1"]]
 
 
-def test_a_renamed_key_or_flag_in_a_shown_command_fails(tmp_path):
+@pytest.fixture
+def fresh_hydra():
+    """No Hydra state left by another test: every compose here is on conf/."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    yield
+    GlobalHydra.instance().clear()
+
+
+def test_a_renamed_key_or_flag_in_a_shown_command_fails(tmp_path, fresh_hydra):
     from hydra.errors import HydraException
 
     from purejaxrl_opt.config import ConfigError
@@ -313,7 +323,7 @@ def test_a_renamed_key_or_flag_in_a_shown_command_fails(tmp_path):
             validate(command, tmp_path)
 
 
-def test_every_command_in_readme_and_docs_composes_and_validates(tmp_path):
+def test_every_command_in_readme_and_docs_composes_and_validates(tmp_path, fresh_hydra):
     commands = all_commands()
     targets = {c.target for c in commands}
     # the extractor finds the commands (a regression in it would pass vacuously otherwise)
