@@ -6,7 +6,7 @@ composes and validates, and every results file they cite exists and says where i
 * every shell command shown in README.md and docs/*.md — fenced ``bash`` blocks and inline code spans
   that start with ``python -m purejaxrl_opt.`` or ``python experiments/`` — is parsed as a shell would,
   and its configuration is composed with Hydra's compose API on conf/ (multirun sweeps expanded into
-  their jobs) and validated with the project's own checks (``config.parse_settings`` and
+  their jobs, a search range ``interval(a, b)`` into its two ends) and validated with the project's own checks (``config.parse_settings`` and
   ``sweep.plan_from_config`` for training, as ``train.run_from_config`` does before compiling;
   ``sft.config_from_hydra`` for SFT; the benchmark's dry run for suites; the CLI's argument parser for
   ``evaluate`` and ``report``; the script's own flags for ``experiments/*.py``). Nothing is compiled or
@@ -133,8 +133,21 @@ def _jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+    from hydra.core.override_parser.types import IntervalSweep
+
+    parser = OverridesParser.create()
+    parsed = parser.parse_overrides(overrides)
+    # a search range (interval(a, b), a search sweeper's syntax) becomes its two ends: the basic
+    # sweeper cannot expand it, and each end must compose and validate
+    ranged = []
+    for override, text in zip(parsed, overrides):
+        value = override.value() if override.is_sweep_override() else None
+        if isinstance(value, IntervalSweep):
+            key = text.split("=", 1)[0]
+            ranged.append(parser.parse_override(f"{key}={value.start!r},{value.end!r}"))
+        else:
+            ranged.append(override)
+    return [job for batch in BasicSweeper.split_arguments(ranged, None) for job in batch]
 
 
 @contextlib.contextmanager
@@ -288,6 +301,9 @@ python -m purejaxrl_opt.train algo.not_shown=1
     assert [c.where for c in found] == ["x.md:5", "x.md:6", "x.md:7", "x.md:9", "x.md:2"]
     assert _jobs(list(found[1].args[1:]), multirun=True) == [
         ["algo=ppo", "seed=0"], ["algo=ppo", "seed=1"], ["algo=trpo", "seed=0"], ["algo=trpo", "seed=1"]]
+    # a search sweeper's range: both ends are composed
+    assert _jobs(["algo.lr=interval(1e-4, 1e-3)", "seed=0"], multirun=True) == [
+        ["algo.lr=0.0001", "seed=0"], ["algo.lr=0.001", "seed=0"]]
 
 
 @pytest.fixture
@@ -311,6 +327,7 @@ def test_a_renamed_key_or_flag_in_a_shown_command_fails(tmp_path, fresh_hydra):
         "python -m purejaxrl_opt.train algo=trpo algo.critic_minibatches=3": ConfigError,  # bad value
         "python -m purejaxrl_opt.train -m algo=ppo,trpo algo.clip_eps=0.1": HydraException,  # trpo's job
         "python -m purejaxrl_opt.train sweep.vmap='{algo.num_envs: [4, 8]}'": ConfigError,  # a shape
+        "python -m purejaxrl_opt.train -m 'algo.clip_eps=interval(-0.1, 0.2)'": ConfigError,  # one end
         "python -m purejaxrl_opt.train -m hydra/launcher=parallel hydra.launcher.jobs=2": HydraException,
         "python -m purejaxrl_opt.sft sft.step=10": HydraException,
         "python -m purejaxrl_opt.benchmark suite=quick only=[ppo_CartPole]": ConfigError,
