@@ -1,6 +1,6 @@
 """Where every figure comes from: a results file names the commit and the command that made it.
 
-    python experiments/provenance.py check          # every results file README.md cites: exists, with both
+    python experiments/provenance.py check          # every results file README.md and docs/*.md cite: exists, with both
 
 Two ways a results file names its origin:
 
@@ -11,8 +11,9 @@ Two ways a results file names its origin:
   that committed the numbers (the code they measured is that commit's parent tree or the commit
   itself), the command is the one README gives for them.
 
-``check`` reads README.md, expands brace groups (``a.{md,png}``), and fails, naming the file, where a
-cited path does not exist or names no commit and command. tests/test_docs.py runs it in the fast tier.
+``check`` reads README.md and every page of the manual (docs/*.md), expands brace groups
+(``a.{md,png}``), and fails, naming the results file and the page citing it, where a cited path does
+not exist or names no commit and command. tests/test_docs.py runs it in the fast tier.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
 MANIFEST = RESULTS / "PROVENANCE.json"
 _CITE = re.compile(r"experiments/results/[A-Za-z0-9_.{},*/-]+")
+# fenced code blocks: the commands shown there may name where they write (``--out experiments/results/X``),
+# which is not a citation of a results file
+_FENCE = re.compile(r"^ {0,3}(```|~~~).*?^ {0,3}\1[ \t]*$", re.M | re.S)
 
 
 def commit() -> str:
@@ -65,15 +69,34 @@ def _expand(path: str) -> list[str]:
     return [p for option in match.group(1).split(",") for p in _expand(head + option + tail)]
 
 
-def cited_paths(readme: Path = ROOT / "README.md") -> list[str]:
-    """Every ``experiments/results/...`` path README.md cites, relative to ``experiments/results/``."""
-    found = []
-    for raw in _CITE.findall(readme.read_text()):
-        for path in _expand(raw.rstrip(".,;:)`")):
-            rel = path[len("experiments/results/"):].rstrip("/")
-            if rel and rel not in found:
-                found.append(rel)
+def documents() -> list[Path]:
+    """The files whose citations are checked: README.md and the manual's pages (docs/*.md)."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _as_list(docs: Path | list[Path] | None) -> list[Path]:
+    if docs is None:
+        return documents()
+    return [docs] if isinstance(docs, Path) else list(docs)
+
+
+def citations(docs: Path | list[Path] | None = None) -> dict[str, Path]:
+    """Every ``experiments/results/...`` path cited by ``docs`` (default :func:`documents`), relative
+    to ``experiments/results/``, mapped to the first document citing it."""
+    found: dict[str, Path] = {}
+    for doc in _as_list(docs):
+        for raw in _CITE.findall(_FENCE.sub("", doc.read_text())):
+            for path in _expand(raw.rstrip(".,;:)`")):
+                rel = path[len("experiments/results/"):].rstrip("/")
+                if rel and rel not in found:
+                    found[rel] = doc
     return found
+
+
+def cited_paths(docs: Path | list[Path] | None = None) -> list[str]:
+    """Every ``experiments/results/...`` path ``docs`` cite (default: README.md and docs/*.md),
+    relative to ``experiments/results/``, in order of first citation."""
+    return list(citations(docs))
 
 
 def _names_itself(path: Path) -> bool:
@@ -92,14 +115,22 @@ def _names_itself(path: Path) -> bool:
     return False
 
 
-def problems(readme: Path = ROOT / "README.md") -> list[str]:
-    """What is wrong with README's citations (empty when every cited file exists and names both)."""
+def _name(doc: Path) -> str:
+    try:
+        return str(doc.relative_to(ROOT))
+    except ValueError:
+        return doc.name
+
+
+def problems(docs: Path | list[Path] | None = None) -> list[str]:
+    """What is wrong with the citations of ``docs`` (default: README.md and docs/*.md); empty when
+    every cited file exists and names both its commit and its command."""
     manifest = json.loads(MANIFEST.read_text()) if MANIFEST.exists() else {}
     out = []
-    for rel in cited_paths(readme):
+    for rel, doc in citations(docs).items():
         path = RESULTS / rel
         if not path.exists():
-            out.append(f"{rel}: cited by README.md but missing")
+            out.append(f"{rel}: cited by {_name(doc)} but missing")
             continue
         entry = manifest.get(rel, {})
         if not (_names_itself(path) or (entry.get("commit") and entry.get("command"))):
@@ -114,7 +145,8 @@ def main(argv: list[str]) -> int:
     found = problems()
     for line in found:
         print(f"[provenance] {line}")
-    print(f"[provenance] {len(cited_paths())} cited results paths, {len(found)} problem(s)")
+    print(f"[provenance] {len(cited_paths())} cited results paths in {len(documents())} documents, "
+          f"{len(found)} problem(s)")
     return 1 if found else 0
 
 
