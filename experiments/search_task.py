@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import provenance  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-QUIET = ["logger=none", "progress.mode=off", "checkpoint.final=false"]
+QUIET = ["logger=none", "progress.mode=lines", "progress.chunks=4", "checkpoint.final=false"]
 
 
 def cli(args: list[str]) -> float:
