@@ -92,7 +92,11 @@ def main() -> None:
     trials = found["trials"]
     rounds = [max((t["value"] for t in trials[r * args.batch:(r + 1) * args.batch] if t["value"] is not None),
                   default=None) for r in range(args.rounds)]
-    report = {**provenance.stamp(), "env": args.env, "algo": "ppo",
+    # the commit each stage ran at (the jobs' summaries), next to the commit writing this report
+    job_commits = sorted({json.loads(p.read_text())["commit"] for p in search_dir.glob("*/summary.json")})
+    report = {**provenance.stamp(), "search_job_commits": job_commits,
+              "heldout_commits": sorted({s["commit"] for s in summaries.values()}),
+              "env": args.env, "algo": "ppo",
               "total_timesteps": summaries["default"]["total_timesteps"],
               "search": {"trials": len(trials), "batch": args.batch, "jobs": found["jobs"],
                          "tune_seeds": list(range(args.tune_seeds)), "sampler": found["sampler"],
@@ -123,7 +127,8 @@ def main() -> None:
     for name in ("best", "default"):
         lines.append(f"| {name} | {seeds} | {fmt(table[name])} | {fmtm(table[name])} | {table[name]['min']:.1f} |")
     lines += ["", f"P(best > default) = {poi.value:.3f} [{poi.low:.3f}, {poi.high:.3f}] (0.5 = no "
-              "difference).", provenance.markdown_footer()]
+              "difference).", "", f"Search jobs ran at commit {', '.join(job_commits)}; held-out runs "
+              f"at {', '.join(report['heldout_commits'])}.", provenance.markdown_footer()]
     (out / "results.md").write_text("\n".join(lines))
     print("\n".join(lines))
 

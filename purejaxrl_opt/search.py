@@ -38,13 +38,16 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import optuna
-from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl, create_params_from_overrides
-from omegaconf import DictConfig, OmegaConf
-from optuna.distributions import BaseDistribution, CategoricalDistribution
+# optuna imports alembic, whose plugin set-up logs a line per plugin at INFO (Hydra shows INFO)
+logging.getLogger("alembic").setLevel(logging.WARNING)
 
-from purejaxrl_opt import sweep as in_compile
-from purejaxrl_opt.config import ConfigError, SweepConfig, from_dictconfig, parse_section
+import optuna  # noqa: E402
+from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl, create_params_from_overrides  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+from optuna.distributions import BaseDistribution, CategoricalDistribution  # noqa: E402
+
+from purejaxrl_opt import sweep as in_compile  # noqa: E402
+from purejaxrl_opt.config import ConfigError, SweepConfig, from_dictconfig, parse_section  # noqa: E402
 
 log = logging.getLogger(__name__)
 

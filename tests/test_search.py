@@ -4,6 +4,7 @@ checks before launching, the objective, and a search end to end through the CLI,
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -60,6 +61,18 @@ def test_default_space_covers_the_sweepable_keys_and_is_valid(algo):
     if algo != "grpo":  # GRPO's epsilon_high / outcome_discount keep their defaults
         assert set(ranges) == {f"algo.{k}" for k in ALGO_CONFIGS[algo].SWEEPABLE}
     search.check_space(cfg, ranges, {}, batch=4)
+
+
+@pytest.mark.parametrize("launcher, target", [
+    ("parallel", "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"),
+    ("slurm", "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"),
+    ("local", "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher")])
+def test_search_composes_with_the_shipped_launchers(launcher, target):
+    """The sweeper launches its jobs through any launcher (joblib runs end to end below; SLURM is
+    only composed here: no cluster)."""
+    cfg = compose(["hydra/sweeper=optuna", f"hydra/launcher={launcher}", "sweep.batch=4"])
+    assert cfg.hydra.launcher._target_ == target
+    assert cfg.hydra.sweeper._target_.endswith("BatchedOptunaSweeper") and cfg.sweep.batch == 4
 
 
 @pytest.mark.parametrize("sampler, cls", [("tpe", "TPESampler"), ("random", "RandomSampler"),
@@ -192,18 +205,32 @@ def test_each_trial_is_told_its_own_lanes_objective(searches):
     assert [t["config"] for t in found["trials"]] == [0, 1, 0]
 
 
+def lane_rows(job: Path, seed: int, values: dict | None = None) -> list[dict]:
+    """``metrics.csv`` rows of one lane (the config with ``values`` in a batched job), update order."""
+    with open(job / "metrics.csv", newline="") as handle:
+        rows = [r for r in csv.DictReader(handle) if int(r["seed"]) == seed]
+    if values:  # the swept columns carry the values as written (6 significant digits)
+        rows = [r for r in rows if all(float(r[k.split(".", 1)[1]]) == pytest.approx(v, rel=1e-5)
+                                       for k, v in values.items())]
+    return sorted(rows, key=lambda r: int(r["update"]))
+
+
 def test_a_batched_trial_matches_its_config_run_alone(searches):
-    """The same suggestions (a seeded random sampler does not depend on the batching), run alone in
-    their own jobs: the same values and, lane for lane, the same final returns. The in-compile sweep
-    is another program (2 x 2 lanes vs 2), so exact equality is measured here, on this CPU; XLA does
-    not promise it (tests/test_workflow.py compares sweep lanes with a tolerance)."""
+    """The same suggestions (a seeded random sampler does not depend on the batching) run alone, one
+    job each: a batched trial's lanes train the same agents. The batched job is another program
+    (2 configs x 2 seeds vs 2 lanes, traced hyperparameters either way), so XLA does not promise the
+    same floats; like tests/test_workflow.py the first updates are compared with a tolerance. (On
+    this project's CPU machine the final returns came out bitwise equal:
+    experiments/results/search_bench/.)"""
     batched, separate = results(searches / "batched"), results(searches / "separate")
     assert [t["params"] for t in batched["trials"][:2]] == [t["params"] for t in separate["trials"]]
-    values = [t["value"] for t in batched["trials"]]
-    assert len(set(values)) > 1  # distinct suggestions, distinct returns: a mix-up would show
+    assert len({t["value"] for t in batched["trials"]}) > 1  # distinct returns: a mix-up would show
     for mine, alone in zip(batched["trials"], separate["trials"]):
-        lone = json.loads((Path(alone["job"]) / "summary.json").read_text())
-        job = json.loads((Path(mine["job"]) / "summary.json").read_text())
-        lanes = job["sweep"]["configs"][mine["config"]]["final_return_per_seed"]
-        np.testing.assert_allclose(lanes, lone["final_return_per_seed"], rtol=1e-5)
-        assert mine["value"] == pytest.approx(alone["value"], rel=1e-5)
+        for seed in (0, 1):
+            swept = lane_rows(Path(mine["job"]), seed, mine["params"])
+            lone = lane_rows(Path(alone["job"]), seed)
+            assert len(swept) == len(lone) == 8
+            for name in ("policy_loss", "value_loss", "approx_kl", "learning_rate"):
+                np.testing.assert_allclose([float(r[name]) for r in swept[:3]],
+                                           [float(r[name]) for r in lone[:3]], rtol=1e-4, atol=1e-6,
+                                           err_msg=name)
