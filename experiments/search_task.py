@@ -52,12 +52,15 @@ def main() -> None:
     parser.add_argument("--report-seeds", type=int, default=8)
     parser.add_argument("--report-seed", type=int, default=3000)
     parser.add_argument("--sampler-seed", type=int, default=0)
+    parser.add_argument("--sampler", default="tpe", help="hydra/sweeper/sampler: tpe | batched_tpe | ...")
+    parser.add_argument("--out", default=None, help="under experiments/results/ (default search_<env>)")
     args = parser.parse_args()
-    out = ROOT / "experiments" / "results" / f"search_{args.env}"
+    out = ROOT / "experiments" / "results" / (args.out or f"search_{args.env}")
     out.mkdir(parents=True, exist_ok=True)
     search_dir = out / "search"
     timings = {}
-    search_args = ["-m", "hydra/sweeper=optuna", f"env={args.env}", "algo=ppo",
+    search_args = ["-m", "hydra/sweeper=optuna", f"hydra/sweeper/sampler={args.sampler}",
+                   f"env={args.env}", "algo=ppo",
                    f"hydra.sweeper.n_trials={args.batch * args.rounds}", f"sweep.batch={args.batch}",
                    f"hydra.sweeper.sampler.seed={args.sampler_seed}",
                    f"hydra.sweeper.sampler.n_startup_trials={args.batch}",

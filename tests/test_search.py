@@ -56,6 +56,7 @@ def test_default_space_covers_the_sweepable_keys_and_is_valid(algo):
     cfg = compose(["hydra/sweeper=optuna", f"algo={algo}", f"env={env}"])
     assert cfg.hydra.sweeper._target_.endswith("BatchedOptunaSweeper")
     assert cfg.hydra.sweeper.sampler._target_ == "optuna.samplers.TPESampler"
+    assert cfg.hydra.sweeper.sampler.constant_liar  # the default TPE spreads a batch out
     ranges = space(cfg, algo)
     assert set(ranges) <= {f"algo.{k}" for k in ALGO_CONFIGS[algo].SWEEPABLE}
     if algo != "grpo":  # GRPO's epsilon_high / outcome_discount keep their defaults
@@ -75,8 +76,8 @@ def test_search_composes_with_the_shipped_launchers(launcher, target):
     assert cfg.hydra.sweeper._target_.endswith("BatchedOptunaSweeper") and cfg.sweep.batch == 4
 
 
-@pytest.mark.parametrize("sampler, cls", [("tpe", "TPESampler"), ("random", "RandomSampler"),
-                                          ("cmaes", "CmaEsSampler")])
+@pytest.mark.parametrize("sampler, cls", [("batched_tpe", "TPESampler"), ("tpe", "TPESampler"),
+                                          ("random", "RandomSampler"), ("cmaes", "CmaEsSampler")])
 def test_samplers_are_selectable_and_ask_tell_runs(sampler, cls):
     """The sampler configs compose into Optuna samplers that run the ask/tell loop the sweeper uses
     over the PPO space (a quadratic stands in for the return)."""
