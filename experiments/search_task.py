@@ -112,13 +112,14 @@ def main() -> None:
     fmt = lambda e: f"{e['iqm']:.1f} [{e['iqm_ci'][0]:.1f}, {e['iqm_ci'][1]:.1f}]"  # noqa: E731
     fmtm = lambda e: f"{e['mean']:.1f} [{e['mean_ci'][0]:.1f}, {e['mean_ci'][1]:.1f}]"  # noqa: E731
     seeds = f"{args.report_seed}-{args.report_seed + args.report_seeds - 1}"
+    tuning = ("tuning seed 0" if args.tune_seeds == 1
+              else f"{args.tune_seeds} tuning seeds (0-{args.tune_seeds - 1})")
     lines = [f"# PPO {args.env}: searched config vs the shipped default", "",
              f"Search: {len(trials)} trials ({found['sampler']}, the first {args.batch} its random "
-             f"start-up), {args.batch} per compiled job ({found['jobs']} jobs), each trial "
-             f"{args.tune_seeds} tuning seeds (0-{args.tune_seeds - 1}) at "
-             f"{report['total_timesteps']:,} env steps, objective: {found['objective']} final return. "
-             f"Best of each round: {', '.join(f'{v:.1f}' for v in rounds if v is not None)}. Best trial "
-             f"{found['best_trial']} ({found['best_value']:.1f} on the tuning seeds):", "",
+             f"start-up), {args.batch} per compiled job ({found['jobs']} jobs), each trial on {tuning} "
+             f"at {report['total_timesteps']:,} env steps, objective: {found['objective']} final "
+             f"return. Best of each round: {', '.join(f'{v:.1f}' for v in rounds if v is not None)}. "
+             f"Best trial {found['best_trial']} ({found['best_value']:.1f} on the tuning seeds):", "",
              "| key | searched | shipped |", "|---|---:|---:|"]
     shipped = summaries["default"]["config"]["algo"]
     for key, value in best.items():
