@@ -534,9 +534,16 @@ class SweepConfig:
     random: Mapping[str, Any] | None = None  # {key: {low, high, log}}
     num_samples: int = 8
     seed: int = 0
+    # hydra/sweeper=optuna: suggestions evaluated by one compiled job (purejaxrl_opt/search.py)
+    batch: int = 1
+    objective: str = "mean"  # a trial's score over its seeds' final returns: mean | iqm
+
+    OBJECTIVES: ClassVar[tuple[str, ...]] = ("mean", "iqm")
 
     def validate(self, prefix: str = "sweep") -> None:
-        pass  # the values need the algorithm: sweep.plan_from_config
+        # the vmap/random values need the algorithm: sweep.plan_from_config
+        _check(self.batch >= 1, f"{prefix}.batch", self.batch, "an int >= 1")
+        one_of(f"{prefix}.objective", self.objective, self.OBJECTIVES)
 
 
 def parse_section(cls: type, section: Mapping[str, Any] | None, name: str):

@@ -220,3 +220,39 @@ def plan_from_config(section: SweepConfig | Mapping | None, run: RunConfig) -> S
             else _random(random, section.num_samples, section.seed, run))
     config_runs(run, plan)  # validates every config
     return plan
+
+
+# --------------------------------------------------------------------------- objectives
+def objective_value(per_seed, objective: str) -> float:
+    """A config's score from its seeds' final returns ``[num_seeds]``: ``mean`` or ``iqm``
+    (:func:`purejaxrl_opt.stats.iqm`: the mean of the middle half; with 4 seeds, of the middle 2).
+    NaN when a seed's return is not finite (a diverged lane: the search records a failed trial)."""
+    from purejaxrl_opt import stats
+
+    values = np.asarray(per_seed, np.float64)
+    if values.size == 0 or not np.all(np.isfinite(values)):
+        return float("nan")
+    if objective == "mean":
+        return float(values.mean())
+    if objective == "iqm":
+        return float(stats.iqm(values))
+    raise ConfigError(f"config key 'sweep.objective' = {objective!r} is invalid: must be one of "
+                      f"{list(SweepConfig.OBJECTIVES)}")
+
+
+def run_objective(summary: Mapping, objective: str = "mean", per_config: bool = False):
+    """What ``python -m purejaxrl_opt.train`` returns for a finished run's ``summary``.
+
+    ``per_config=False``: one float over every lane's final return (``objective=mean`` is
+    ``summary['final_return_mean']``). ``per_config=True`` (a job of a batched search,
+    ``sweep.batch > 1``): one float per config of the in-compile sweep, in plan order, each over that
+    config's own seeds; a run without a sweep is one config.
+    """
+    if not per_config:
+        if objective == "mean":  # as computed for summary.json (float32 lanes), bit for bit
+            return float(summary["final_return_mean"])
+        return objective_value(summary["final_return_per_seed"], objective)
+    configs = summary.get("sweep", {}).get("configs")
+    if not configs:
+        return [objective_value(summary["final_return_per_seed"], objective)]
+    return [objective_value(c["final_return_per_seed"], objective) for c in configs]

@@ -4,12 +4,16 @@
     python -m purejaxrl_opt.train -m algo=ppo,trpo seed=0,1          # Hydra multirun sweep
     python -m purejaxrl_opt.train -m hydra/launcher=parallel algo=ppo,trpo   # jobs in parallel (joblib)
     python -m purejaxrl_opt.train sweep.vmap='{algo.lr: [1e-4, 3e-4]}'       # in-compile sweep
+    python -m purejaxrl_opt.train -m hydra/sweeper=optuna sweep.batch=8 hydra.sweeper.n_trials=32
+                                                                  # search: 8 suggestions per compile
     python -m purejaxrl_opt.train checkpoint.every_updates=50                # then, after a crash:
     python -m purejaxrl_opt.train checkpoint.every_updates=50 resume=RUN_DIR
 
 Every run writes ``summary.json``, ``metrics.csv``, ``learning_curve.png``, its final checkpoint and
 the resolved config (``.hydra/``) into its Hydra run directory (a resumed run: into ``RUN_DIR``).
-Configuration errors stop the run before anything is compiled or written.
+Configuration errors stop the run before anything is compiled or written. ``main`` returns the run's
+objective (``sweep.objective``: the mean, or the IQM, of the seeds' final returns), which is what
+Hydra's sweepers optimise; see purejaxrl_opt/search.py.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ set_default_xla_flags()
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from purejaxrl_opt.checkpoint import CheckpointError
 from purejaxrl_opt.config import ConfigError, LoggerConfig, parse_parallel, parse_settings
@@ -70,6 +74,7 @@ def main(cfg: DictConfig) -> float:
 
     logging.getLogger("jax").setLevel(logging.WARNING)
     try:
+        batched = _batched_search_job(cfg)
         result = run_from_config(cfg, HydraConfig.get().runtime.output_dir)
     except ConfigError as error:
         print(f"purejaxrl_opt: configuration error: {error}", file=sys.stderr)
@@ -77,7 +82,27 @@ def main(cfg: DictConfig) -> float:
     except CheckpointError as error:
         print(f"purejaxrl_opt: checkpoint error: {error}", file=sys.stderr)
         sys.exit(2)
-    return result.summary["final_return_mean"]
+    from purejaxrl_opt import sweep
+
+    # the objective (sweep.objective over the seeds' final returns); a job of a batched search
+    # returns one value per suggestion it trained (purejaxrl_opt/search.py tells each its own)
+    return sweep.run_objective(result.summary, str(cfg.sweep.objective), per_config=batched)
+
+
+def _batched_search_job(cfg: DictConfig) -> bool:
+    """Whether this run is a job of a batched search (``sweep.batch > 1``); ``sweep.batch`` means
+    nothing outside ``-m hydra/sweeper=optuna``, so there it is refused."""
+    from purejaxrl_opt.config import SweepConfig, parse_section
+
+    section = parse_section(SweepConfig, cfg.get("sweep"), "sweep")
+    if section.batch == 1:
+        return False
+    target = str(OmegaConf.select(HydraConfig.get(), "sweeper._target_", default=""))
+    if not target.endswith(".BatchedOptunaSweeper"):
+        raise ConfigError(f"config key 'sweep.batch' = {section.batch} is invalid here: batches of "
+                          "suggestions need the search sweeper, python -m purejaxrl_opt.train -m "
+                          "hydra/sweeper=optuna sweep.batch=K ...; a plain run or grid is sweep.batch=1")
+    return True
 
 
 if __name__ == "__main__":

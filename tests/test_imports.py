@@ -17,6 +17,8 @@ ENTRY, ORCHESTRATION, REGISTRY, ALGORITHM, FRAMEWORK, STAGE, MODEL, ENV, LEAF = 
 LAYERS = {
     # entry points: CLIs that compose a config and call
     "train": ENTRY, "sft": ENTRY, "evaluate": ENTRY, "benchmark": ENTRY,
+    # the Hydra search sweeper (hydra/sweeper=optuna): launches train jobs, reads their results
+    "search": ENTRY,
     # orchestration (report: reads run dirs and plots; its CLI is an entry point, but runner/artifacts
     # plot with it, and it imports nothing of the package)
     "runner": ORCHESTRATION, "artifacts": ORCHESTRATION, "loggers": ORCHESTRATION,

@@ -1,0 +1,1 @@
+"""Hydra plugins of purejaxrl_opt: the search sweeper (hydra/sweeper=optuna)."""
