@@ -78,6 +78,17 @@ def parse_peer_log(text: str) -> list[dict]:
     return rows
 
 
+def log_span_seconds(text: str) -> float | None:
+    """Seconds between the first and the last timestamped line of a jumanji.training log."""
+    import datetime
+
+    stamps = re.findall(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]", text, re.M)
+    if len(stamps) < 2:
+        return None
+    first, last = (datetime.datetime.strptime(x, "%Y-%m-%d %H:%M:%S,%f") for x in (stamps[0], stamps[-1]))
+    return round((last - first).total_seconds(), 1)
+
+
 def run_peer(args, name: str, seed: int, out: Path) -> dict:
     n_steps, batch = PEER_BATCH[name]
     per_learner_step = n_steps * batch
@@ -94,34 +105,45 @@ def run_peer(args, name: str, seed: int, out: Path) -> dict:
                f"env.evaluation.eval_total_batch_size={args.eval_episodes}",
                f"env.evaluation.greedy_eval_total_batch_size={args.eval_episodes}",
                f"hydra.run.dir={run_dir}"]
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    load_before = load_average()
-    start = time.perf_counter()
-    proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=str(out))
-    wall = time.perf_counter() - start
-    text = proc.stdout + proc.stderr
-    (out / f"a2c_{name}_s{seed}.log").write_text(text)
-    if proc.returncode != 0:
-        raise SystemExit(f"jumanji.training failed (rc {proc.returncode}):\n{text[-4000:]}")
+    log = out / f"a2c_{name}_s{seed}.log"
+    if args.reuse and log.is_file() and "Closing logger" in log.read_text():
+        text = log.read_text()  # a finished run of this command (rerun after a crash of this script)
+        timing = (json.loads((run_dir / "timing.json").read_text()) if (run_dir / "timing.json").is_file()
+                  else {"wall_s": log_span_seconds(text), "load_before": "not recorded",
+                        "load_after": "not recorded"})
+    else:
+        env = dict(os.environ, JAX_PLATFORMS="cpu")
+        timing = {"load_before": load_average()}
+        start = time.perf_counter()
+        proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=str(out))
+        timing.update(wall_s=round(time.perf_counter() - start, 1), load_after=load_average())
+        text = proc.stdout + proc.stderr
+        log.write_text(text)
+        if proc.returncode != 0:
+            raise SystemExit(f"jumanji.training failed (rc {proc.returncode}):\n{text[-4000:]}")
+        (run_dir / "timing.json").write_text(json.dumps(timing))
     rows = parse_peer_log(text)
-    final = args.steps
-    greedy = [r for r in rows if r["label"] == "Eval Greedy" and r["env_steps"] == final]
-    stochastic = [r for r in rows if r["label"] == "Eval Stochastic" and r["env_steps"] == final]
+    # the logger prints env steps with 3 significant digits: the k-th evaluation (0-based) is at
+    # k * per_epoch env steps, the one after ``epochs`` epochs of training is the last one
+    greedy = [r for r in rows if r["label"] == "Eval Greedy"]
+    stochastic = [r for r in rows if r["label"] == "Eval Stochastic"]
     train = [r for r in rows if r["label"] == "Train"]
-    if not greedy or not stochastic or len(train) != epochs + 1:
-        raise SystemExit(f"jumanji.training's log lacks the evaluation at {final} env steps:\n{text[-3000:]}")
+    if len(greedy) != epochs + 1 or len(stochastic) != epochs + 1 or len(train) != epochs + 1:
+        raise SystemExit(f"jumanji.training's log lacks the evaluation after {epochs} epochs:\n{text[-3000:]}")
+    for k, row in enumerate(greedy):
+        assert abs(row["env_steps"] - k * per_epoch) <= 0.01 * max(k * per_epoch, 1), (row, k * per_epoch)
     # epoch 0 includes the compile; epochs 1..epochs-1 are the steady state; the last one is the extra
     steady = [r["time"] for r in train[1:epochs]]
     return {
-        "seed": seed, "command": " ".join(command), "wall_s": round(wall, 1), "load_before": load_before,
-        "load_after": load_average(), "greedy_return": greedy[0]["episode_return"],
-        "stochastic_return": stochastic[0]["episode_return"],
-        "greedy_episode_length": greedy[0].get("episode_length"),
+        "seed": seed, "command": " ".join(command), **timing, "greedy_return": greedy[epochs]["episode_return"],
+        "stochastic_return": stochastic[epochs]["episode_return"],
+        "greedy_episode_length": greedy[epochs].get("episode_length"),
         "first_epoch_s": round(train[0]["time"], 2),
         "steady_env_steps_per_s": float(per_epoch * len(steady) / sum(steady)) if steady else None,
         "train_env_steps_counted": per_epoch * epochs, "extra_epoch_env_steps": per_epoch,
-        "curve": [{"env_steps": r["env_steps"], "greedy_return": r["episode_return"]}
-                  for r in rows if r["label"] == "Eval Greedy"],
+        "curve": [{"env_steps": k * per_epoch, "greedy_return": g["episode_return"],
+                   "stochastic_return": st["episode_return"]}
+                  for k, (g, st) in enumerate(zip(greedy, stochastic))],
     }
 
 
@@ -132,13 +154,17 @@ def run_ours(args, name: str, out: Path) -> dict:
                f"seed={args.seeds[0]}", f"num_seeds={len(args.seeds)}", f"total_timesteps={args.steps}",
                f"eval_episodes={args.eval_episodes}", "eval_deterministic=true", "progress.mode=lines",
                "checkpoint.final=false", "logger=console", f"hydra.run.dir={run_dir}", *args.ours_overrides]
-    load_before = load_average()
-    start = time.perf_counter()
-    proc = subprocess.run(command, capture_output=True, text=True, cwd=str(ROOT))
-    wall = time.perf_counter() - start
-    (out / f"ppo_{name}.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        raise SystemExit(f"our training failed (rc {proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}")
+    if args.reuse and (run_dir / "summary.json").is_file() and (run_dir / "timing.json").is_file():
+        timing = json.loads((run_dir / "timing.json").read_text())  # a finished run of this command
+    else:
+        timing = {"load_before": load_average()}
+        start = time.perf_counter()
+        proc = subprocess.run(command, capture_output=True, text=True, cwd=str(ROOT))
+        timing.update(wall_s=round(time.perf_counter() - start, 1), load_after=load_average())
+        (out / f"ppo_{name}.log").write_text(proc.stdout + proc.stderr)
+        if proc.returncode != 0:
+            raise SystemExit(f"our training failed (rc {proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}")
+        (run_dir / "timing.json").write_text(json.dumps(timing))
     summary = json.loads((run_dir / "summary.json").read_text())
     last_train = None
     metrics = run_dir / "metrics.csv"
@@ -152,8 +178,7 @@ def run_ours(args, name: str, out: Path) -> dict:
             last_train = float(np.mean(vals)) if vals else None
     return {
         "command": " ".join(command[1:]).replace("-m purejaxrl_opt.train", "python -m purejaxrl_opt.train"),
-        "wall_s": round(wall, 1), "load_before": load_before, "load_after": load_average(),
-        "final_return_per_seed": summary["final_return_per_seed"], "compile_s": summary["compile_seconds"],
+        **timing, "final_return_per_seed": summary["final_return_per_seed"], "compile_s": summary["compile_seconds"],
         "run_s": summary["run_seconds"], "env_steps_per_s": summary["env_steps_per_second"],
         "env_steps_per_seed": summary["env_steps_per_seed"], "device": summary["device"],
         "last_training_return_mean": last_train, "config": summary["config"],
@@ -173,7 +198,8 @@ def main() -> None:
     parser.add_argument("--peer-learner-steps-per-epoch", type=int, default=20)
     parser.add_argument("--peer-python", default="/work/peers/jumanji_a2c_venv/bin/python")
     parser.add_argument("--ours-overrides", nargs="*", default=[])
-    parser.add_argument("--skip-ours", action="store_true", help="read ours back from a finished run")
+    parser.add_argument("--reuse", action="store_true",
+                        help="read back runs this script finished before (after a crash of the script)")
     parser.add_argument("--out", default=str(ROOT / "experiments/results/side_by_side_jumanji"))
     args = parser.parse_args()
     out = Path(args.out).resolve()
