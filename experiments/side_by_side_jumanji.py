@@ -53,6 +53,8 @@ ENVS = {"snake": ("Snake-v1", "jumanji/Snake-v1"), "game_2048": ("Game2048-v1", 
         "maze": ("Maze-v0", "jumanji/Maze-v0")}
 # what jumanji.training's config sets per env (jumanji/training/configs/env/<name>.yaml, 1.1.2)
 PEER_BATCH = {"snake": (20, 128), "game_2048": (50, 32), "maze": (10, 128)}  # (n_steps, total_batch_size)
+# the random policy measured as our final evaluation measures (experiments/random_return_nj.py)
+RANDOM = {"snake": {"mean": 6.03, "se": 0.11, "what": "256 episodes, experiments/results/random_return_jumanji_Snake-v1.json"}}
 _LINE = re.compile(r"(Eval Stochastic|Eval Greedy|Train) >> Env Steps: ([0-9.e+]+) \| (.*)$")
 
 
@@ -209,25 +211,27 @@ def main() -> None:
     name = args.env
 
     # interleaved: their first seed, ours (all seeds, one process), their other seeds
-    peer_seeds = args.peer_seeds or args.seeds
-    peers = [run_peer(args, name, peer_seeds[0], out)]
+    peer_seeds = args.seeds if args.peer_seeds is None else args.peer_seeds
+    peers = [run_peer(args, name, peer_seeds[0], out)] if peer_seeds else []
     ours = run_ours(args, name, out)
     peers += [run_peer(args, name, s, out) for s in peer_seeds[1:]]
 
     ours_returns = ours["final_return_per_seed"]
     peer_greedy = [p["greedy_return"] for p in peers]
     peer_stochastic = [p["stochastic_return"] for p in peers]
-    peer_rate = float(np.mean([p["steady_env_steps_per_s"] for p in peers]))
+    rates = [p["steady_env_steps_per_s"] for p in peers if p["steady_env_steps_per_s"]]
+    peer_rate = float(np.mean(rates)) if rates else float("nan")
     record = {
         **provenance.stamp(), "env": name, "seeds": args.seeds, "peer_seeds": peer_seeds, "env_steps_per_seed": args.steps,
         "eval_episodes": args.eval_episodes, "ours": ours, "theirs": peers,
-        "ours_iqm": interval(ours_returns, 1), "theirs_greedy_iqm": interval(peer_greedy, 2),
-        "theirs_stochastic_iqm": interval(peer_stochastic, 3), "theirs_env_steps_per_s": peer_rate,
+        "ours_iqm": interval(ours_returns, 1), "theirs_greedy_iqm": interval(peer_greedy, 2) if peers else None,
+        "theirs_stochastic_iqm": interval(peer_stochastic, 3) if peers else None,
+        "theirs_env_steps_per_s": peer_rate, "random_policy": RANDOM.get(name),
     }
     (out / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
 
-    def fmt(iv: dict) -> str:
-        return f"{iv['iqm']:.2f} [{iv['iqm_ci_low']:.2f}, {iv['iqm_ci_high']:.2f}]"
+    def fmt(iv: dict | None) -> str:
+        return "not run" if iv is None else f"{iv['iqm']:.2f} [{iv['iqm_ci_low']:.2f}, {iv['iqm_ci_high']:.2f}]"
 
     lines = [
         f"# {ENVS[name][0]}: our PPO vs jumanji.training's A2C, {args.steps:,} env steps per seed",
@@ -241,11 +245,14 @@ def main() -> None:
         f"| ours: PPO (greedy) | {', '.join(f'{x:.2f}' for x in ours_returns)} | {fmt(record['ours_iqm'])} | "
         f"{ours['env_steps_per_s']:,.0f} ({len(args.seeds)} seeds in one process; compile {ours['compile_s']:.0f} s "
         "apart) |",
-        f"| theirs: A2C, Eval Greedy | {', '.join(f'{x:.2f}' for x in peer_greedy)} | "
-        f"{fmt(record['theirs_greedy_iqm'])} | {peer_rate:,.0f} (one seed per process, epochs after the "
-        "first) |",
-        f"| theirs: A2C, Eval Stochastic | {', '.join(f'{x:.2f}' for x in peer_stochastic)} | "
-        f"{fmt(record['theirs_stochastic_iqm'])} | |",
+        *([f"| random policy, uniform over the legal actions | {RANDOM[name]['what']} | "
+            f"{RANDOM[name]['mean']:.2f} ± {RANDOM[name]['se']:.2f} (s.e.) | |"] if name in RANDOM else []),
+        *([f"| theirs: A2C, Eval Greedy | {', '.join(f'{x:.2f}' for x in peer_greedy)} | "
+           f"{fmt(record['theirs_greedy_iqm'])} | {peer_rate:,.0f} (one seed per process, epochs after the "
+           "first) |",
+           f"| theirs: A2C, Eval Stochastic | {', '.join(f'{x:.2f}' for x in peer_stochastic)} | "
+           f"{fmt(record['theirs_stochastic_iqm'])} | |"] if peers else
+          ["| theirs: A2C | not run (--peer-seeds empty: it did not fit this run's CPU budget) | | |"]),
         "",
         f"Our last training rollout's return (sampled actions, mean over seeds): {ours['last_training_return_mean']}. "
         f"Load average before/after ours: {ours['load_before']} / {ours['load_after']}; theirs: "
@@ -253,12 +260,15 @@ def main() -> None:
         "",
         f"Ours: `{ours['command']}`",
         "",
-        "Theirs (one per seed): `" + peers[0]["command"].replace(args.peer_python, "python") + "`",
-        "",
-        f"Their first epoch (compile included): {', '.join(str(p['first_epoch_s']) for p in peers)} s; "
-        f"each ran one extra epoch ({peers[0]['extra_epoch_env_steps']:,} env steps) after the evaluation "
-        "reported here (jumanji.training evaluates at the start of an epoch).",
     ]
+    if peers:
+        lines += [
+            "Theirs (one per seed): `" + peers[0]["command"].replace(args.peer_python, "python") + "`",
+            "",
+            f"Their first epoch (compile included): {', '.join(str(p['first_epoch_s']) for p in peers)} s; "
+            f"each ran one extra epoch ({peers[0]['extra_epoch_env_steps']:,} env steps) after the evaluation "
+            "reported here (jumanji.training evaluates at the start of an epoch).",
+        ]
     (out / f"{name}.md").write_text("\n".join(lines) + "\n" + provenance.markdown_footer())
     print("\n".join(lines))
 
