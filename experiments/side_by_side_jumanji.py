@@ -154,7 +154,7 @@ def run_ours(args, name: str, out: Path) -> dict:
     run_dir = out / f"ppo_{name}"
     command = [sys.executable, "-m", "purejaxrl_opt.train", "algo=ppo", f"env={env_id}",
                f"seed={args.seeds[0]}", f"num_seeds={len(args.seeds)}", f"total_timesteps={args.steps}",
-               f"eval_episodes={args.eval_episodes}", "eval_deterministic=true", "progress.mode=lines",
+               f"eval_episodes={args.eval_episodes}", f"eval_deterministic={str(args.ours_eval == 'greedy').lower()}", "progress.mode=lines",
                "checkpoint.final=false", "logger=console", f"hydra.run.dir={run_dir}", *args.ours_overrides]
     if args.reuse and (run_dir / "summary.json").is_file() and (run_dir / "timing.json").is_file():
         timing = json.loads((run_dir / "timing.json").read_text())  # a finished run of this command
@@ -201,6 +201,9 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=32)
     parser.add_argument("--peer-learner-steps-per-epoch", type=int, default=20)
     parser.add_argument("--peer-python", default="/work/peers/jumanji_a2c_venv/bin/python")
+    parser.add_argument("--ours-eval", choices=("greedy", "sampled"), default="greedy",
+                        help="our final evaluation: argmax actions (as theirs 'Eval Greedy') or sampled ones (as "
+                             "theirs 'Eval Stochastic' and the random-policy reference)")
     parser.add_argument("--ours-overrides", nargs="*", default=[])
     parser.add_argument("--reuse", action="store_true",
                         help="read back runs this script finished before (after a crash of the script)")
@@ -242,7 +245,7 @@ def main() -> None:
         "",
         "| | per seed | IQM [95% CI] | env steps/s |",
         "|---|---|---|---|",
-        f"| ours: PPO (greedy) | {', '.join(f'{x:.2f}' for x in ours_returns)} | {fmt(record['ours_iqm'])} | "
+        f"| ours: PPO ({args.ours_eval}) | {', '.join(f'{x:.2f}' for x in ours_returns)} | {fmt(record['ours_iqm'])} | "
         f"{ours['env_steps_per_s']:,.0f} ({len(args.seeds)} seeds in one process; compile {ours['compile_s']:.0f} s "
         "apart) |",
         *([f"| random policy, uniform over the legal actions | {RANDOM[name]['what']} | "
