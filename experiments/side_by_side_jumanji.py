@@ -196,7 +196,7 @@ def main() -> None:
     parser.add_argument("--env", choices=sorted(ENVS), default="snake")
     parser.add_argument("--seeds", type=int, nargs="+", default=[3000, 3001, 3002, 3003])
     parser.add_argument("--steps", type=int, default=307_200, help="env steps per seed, both sides")
-    parser.add_argument("--peer-seeds", type=int, nargs="+", default=None,
+    parser.add_argument("--peer-seeds", type=int, nargs="*", default=None,
                         help="the A2C's seeds when fewer fit the CPU budget (default: --seeds)")
     parser.add_argument("--eval-episodes", type=int, default=32)
     parser.add_argument("--peer-learner-steps-per-epoch", type=int, default=20)
