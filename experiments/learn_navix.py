@@ -14,8 +14,8 @@ Each ``--variant NAME [OVERRIDES...]`` is one ``python -m purejaxrl_opt.train al
 seed=S num_seeds=N [total_timesteps=T] COMMON OVERRIDES`` process (seeds vmapped). Navix's reward is
 1 on reaching the goal and 0 otherwise, so a return is a success rate: the final deterministic
 evaluation's ``final_return_per_seed`` is each seed's success rate over ``eval_episodes`` episodes.
-Also reported: the env steps at which each seed's training return first reached 0.9, env steps/s and
-compile seconds. The random policy (uniform over the 7 actions) is measured through
+Also reported: each seed's training return (sampled actions) over the last 10% of its updates, env
+steps/s and compile seconds. The random policy (uniform over the 7 actions) is measured through
 ``evaluation.play_episodes`` as the final evaluation is (experiments/random_return_nj.py).
 Writes ``<out>/results.json`` and ``<out>/results.md``.
 """
@@ -46,15 +46,19 @@ def load_average() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def first_reach(metrics_csv: Path, threshold: float) -> dict[int, int | None]:
-    """Per seed: env steps at the first update whose training return is >= ``threshold``."""
-    out: dict[int, int | None] = {}
+def late_training_return(metrics_csv: Path, fraction: float = 0.1) -> dict[int, float | None]:
+    """Per seed: the mean training return (sampled actions, episodes finished in each rollout) over the
+    last ``fraction`` of its updates. (Not "the first update above a threshold": with a long episode
+    limit the first rollouts finish only the episodes that reached the goal early, so their mean
+    return is 1 before anything is learnt.)"""
+    per_seed: dict[int, list[float]] = {}
     for row in csv.DictReader(metrics_csv.open()):
-        seed = int(row["seed"])
-        out.setdefault(seed, None)
         value = row.get("return_mean", "")
-        if out[seed] is None and value not in ("", "nan") and float(value) >= threshold:
-            out[seed] = int(float(row["env_steps"]))
+        per_seed.setdefault(int(row["seed"]), []).append(float(value) if value not in ("", "nan") else np.nan)
+    out = {}
+    for seed, values in per_seed.items():
+        tail = np.asarray(values[-max(1, int(len(values) * fraction)):])
+        out[seed] = float(np.nanmean(tail)) if np.isfinite(tail).any() else None
     return out
 
 
@@ -64,24 +68,27 @@ def run_variant(args, name: str, overrides: list[str], out: Path) -> dict:
                f"num_seeds={args.num_seeds}", "progress.mode=lines", "checkpoint.final=false", "logger=console",
                f"hydra.run.dir={run_dir}", *([f"total_timesteps={args.steps}"] if args.steps else []),
                *args.common, *overrides]
-    load_before = load_average()
-    start = time.perf_counter()
-    proc = subprocess.run(command, capture_output=True, text=True, cwd=str(ROOT))
-    wall = time.perf_counter() - start
-    (out / f"{name}.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        raise SystemExit(f"{name} failed (rc {proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}")
+    if args.reuse and (run_dir / "summary.json").is_file() and (run_dir / "timing.json").is_file():
+        timing = json.loads((run_dir / "timing.json").read_text())  # a finished run of this command
+    else:
+        timing = {"load_before": load_average()}
+        start = time.perf_counter()
+        proc = subprocess.run(command, capture_output=True, text=True, cwd=str(ROOT))
+        timing.update(wall_s=round(time.perf_counter() - start, 1), load_after=load_average())
+        (out / f"{name}.log").write_text(proc.stdout + proc.stderr)
+        if proc.returncode != 0:
+            raise SystemExit(f"{name} failed (rc {proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}")
+        (run_dir / "timing.json").write_text(json.dumps(timing))
     summary = json.loads((run_dir / "summary.json").read_text())
     success = summary["final_return_per_seed"]
     return {
         "name": name, "command": "python -m purejaxrl_opt.train " + " ".join(command[3:]),
-        "wall_s": round(wall, 1), "load_before": load_before, "load_after": load_average(),
-        "success_per_seed": success, "seeds": summary["seeds"],
+        **timing, "success_per_seed": success, "seeds": summary["seeds"],
         "iqm": stats.stratified_bootstrap_ci(np.asarray(success, float), "iqm", reps=5000, seed=0).as_dict("iqm"),
         "env_steps_per_seed": summary["env_steps_per_seed"], "compile_s": summary["compile_seconds"],
         "run_s": summary["run_seconds"], "env_steps_per_s": summary["env_steps_per_second"],
         "eval_episodes": summary["eval_episodes"],
-        "first_training_return_0.9": {str(k): v for k, v in first_reach(run_dir / "metrics.csv", 0.9).items()},
+        "training_return_last_10pct": {str(k): v for k, v in late_training_return(run_dir / "metrics.csv").items()},
         "network": summary["config"]["network"], "algo": summary["config"]["algo"],
         "env_config": summary["config"]["env"],
     }
@@ -103,6 +110,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="env steps per seed (default: the tuned file's)")
     parser.add_argument("--common", nargs="*", default=[], help="overrides for every variant")
     parser.add_argument("--variant", nargs="+", action="append", required=True, metavar="NAME [OVERRIDE]")
+    parser.add_argument("--reuse", action="store_true", help="read back variants this script finished before")
     parser.add_argument("--random-episodes", type=int, default=1024)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
@@ -120,12 +128,12 @@ def main() -> None:
     lines = [f"# PPO on {args.env}{' ' + str(params) if params else ''}: success rate over seeds", "",
              "Success = the final deterministic policy's return (navix: 1 on reaching the goal, else 0), "
              "mean over its evaluation episodes; IQM over seeds with a 95% stratified bootstrap CI.", "",
-             "| variant | seeds | env steps/seed | success per seed | IQM [95% CI] | first training return >= 0.9 "
-             "(env steps, per seed) | env steps/s | compile s |",
+             "| variant | seeds | env steps/seed | success per seed (deterministic) | IQM [95% CI] | training return, "
+             "last 10% of updates (sampled actions, per seed) | env steps/s | compile s |",
              "|---|---|---|---|---|---|---|---|"]
     for v in variants:
         iv = v["iqm"]
-        reach = ", ".join("-" if x is None else f"{x:,}" for x in v["first_training_return_0.9"].values())
+        reach = ", ".join("-" if x is None else f"{x:.2f}" for x in v["training_return_last_10pct"].values())
         lines.append(f"| {v['name']} | {v['seeds'][0]}-{v['seeds'][-1]} | {v['env_steps_per_seed'][0]:,} | "
                      f"{', '.join(f'{x:.2f}' for x in v['success_per_seed'])} | {iv['iqm']:.2f} "
                      f"[{iv['iqm_ci_low']:.2f}, {iv['iqm_ci_high']:.2f}] | {reach} | {v['env_steps_per_s']:,.0f} | "

@@ -239,8 +239,8 @@ def main() -> None:
     lines = [
         f"# {ENVS[name][0]}: our PPO vs jumanji.training's A2C, {args.steps:,} env steps per seed",
         "",
-        f"Seeds: ours {args.seeds}, theirs {peer_seeds} (a report block, experiments/SEEDS.md). Greedy evaluation of the final policy, "
-        f"{args.eval_episodes} complete episodes per seed. IQM over seeds with a 95% stratified bootstrap CI "
+        f"Seeds: ours {args.seeds}, theirs {peer_seeds} (a report block, experiments/SEEDS.md). Our final evaluation: {args.ours_eval} actions; "
+        f"{args.eval_episodes} complete episodes per seed of the final policy. IQM over seeds with a 95% stratified bootstrap CI "
         "(5000 resamples).",
         "",
         "| | per seed | IQM [95% CI] | env steps/s |",
