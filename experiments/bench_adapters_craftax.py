@@ -21,8 +21,8 @@ dead-code eliminated:
 
 The like-for-like figure is ``adapter`` against ``baselines`` (both an optimistic reset at the same
 ratio); ``adapter`` against ``raw`` is the cost of resetting at all. Where the time goes is measured
-piecewise too (``--parts``): one batch step of the library alone, the 4 pool worlds alone, and the
-gather + select over the whole state alone, each its own jitted function called ``--steps`` times.
+piecewise too (``--parts``): the 4 pool worlds alone and the gather + select over the whole state
+alone, each its own jitted scan of ``--steps`` iterations (the library's step alone is ``raw``).
 
 Timings are ``--repeats`` interleaved rounds (the fastest; a shared machine's slow spells hit every variant
 alike). Writes experiments/results/bench_adapters_craftax.json.
@@ -106,26 +106,16 @@ def variants(name: str, num_envs: int, baselines: str | None):
 def parts(env, raw, num_envs: int, num_steps: int, num_actions: int):
     """Where a step's time goes: name -> (jitted fn(key, state) -> something to block on, its input).
 
-    ``library_step``: ``num_steps`` batch steps of the library alone (scan, as ``raw``);
-    ``pool_worlds``: ``num_steps`` x the pool's worlds (``env.num_resets(N)`` resets), alone;
+    (the library's batch step alone is the ``raw`` variant) ``pool_worlds``: ``num_steps`` x the pool's worlds (``env.num_resets(N)`` resets), alone;
     ``gather_select``: ``num_steps`` x gathering the pool into ``N`` rows and selecting it into the
     batch state (every leaf), alone."""
     params = raw.default_params
     adapter_params = craftax_adapter.make(env.name, {})[1]
     num_resets = env.num_resets(num_envs)
     keys = jax.random.split(jax.random.PRNGKey(0), num_envs)
-    state = jax.vmap(raw.reset_env, in_axes=(0, None))(keys, params)[1]
-    pool = jax.vmap(raw.reset_env, in_axes=(0, None))(keys[:num_resets], params)
-
-    @jax.jit
-    def library_step(key, state):
-        def _step(state, k):
-            action_key, env_key = jax.random.split(k)
-            action = jax.random.randint(action_key, (num_envs,), 0, num_actions)
-            obs, state, _, _, _ = jax.vmap(raw.step_env, in_axes=(0, 0, 0, None))(
-                jax.random.split(env_key, num_envs), state, action, params)
-            return state, obs.sum()
-        return jax.lax.scan(_step, state, jax.random.split(key, num_steps))
+    strong = lambda tree: jax.tree.map(lambda x: jnp.asarray(x, dtype=x.dtype), tree)  # noqa: E731 (no weak types)
+    state = strong(jax.vmap(raw.reset_env, in_axes=(0, None))(keys, params)[1])
+    pool = strong(jax.vmap(raw.reset_env, in_axes=(0, None))(keys[:num_resets], params))
 
     @jax.jit
     def pool_worlds(key, state):
@@ -147,8 +137,7 @@ def parts(env, raw, num_envs: int, num_steps: int, num_actions: int):
             return jax.tree.map(_leaf, pool[1], state), None
         return jax.lax.scan(_select, state, jax.random.split(key, num_steps))[0]
 
-    return {"library_step": (library_step, state), "pool_worlds": (pool_worlds, state),
-            "gather_select": (gather_select, state)}
+    return {"pool_worlds": (pool_worlds, state), "gather_select": (gather_select, state)}
 
 
 def build(reset_fn, step_fn, num_envs: int, num_steps: int, num_actions: int):
@@ -181,7 +170,7 @@ def main() -> None:
     parser.add_argument("--baselines", default="/work/peers/Craftax_Baselines",
                         help="a checkout of MichaelTMatthews/Craftax_Baselines (its wrappers.py)")
     parser.add_argument("--parts", action=argparse.BooleanOptionalAction, default=True,
-                        help="also time the pieces of a step alone (library step, pool worlds, gather+select)")
+                        help="also time the pieces of a step alone (pool worlds, gather+select)")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "bench_adapters_craftax.json"))
     args = parser.parse_args()
     load_at_start = os.getloadavg()
