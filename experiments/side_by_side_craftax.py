@@ -22,6 +22,7 @@ the training return over the last 10% of updates; compile time and env steps/s.
 
     python experiments/side_by_side_craftax.py peer --seed 3000 --steps 196608   # one process per seed
     python experiments/side_by_side_craftax.py ours --seed 3000 --num-seeds 2 --steps 196608
+    python experiments/side_by_side_craftax.py eval --run peer_seed3000           # optional: evaluate early
     python experiments/side_by_side_craftax.py table --commit HASH
 
 Run directories go to ``--work`` (default /work/peers/runs/craftax, outside the project); the table
@@ -276,6 +277,19 @@ def summarise_ours(run_dir: Path, fraction: float) -> dict:
             "load_avg_at_end": info["load_avg_at_end"]}
 
 
+def cached_eval(run_dir: Path, args) -> dict:
+    """The evaluation of a run dir's final policy (``eval.json`` there, computed once: ``eval``)."""
+    path = run_dir / f"eval_{args.episodes}ep.json"
+    if not path.exists():
+        if run_dir.name.startswith("peer_seed"):
+            seed = json.loads((run_dir / "run.json").read_text())["seed"]
+            result = eval_peer(run_dir, args.baselines, args.episodes, args.limit, seed)
+        else:
+            result = eval_ours(run_dir, args.episodes, args.limit)
+        path.write_text(json.dumps(result, indent=2) + "\n")
+    return json.loads(path.read_text())
+
+
 def table(args) -> None:
     import numpy as np
 
@@ -286,13 +300,13 @@ def table(args) -> None:
     peers = []
     for d in peer_dirs:
         s = summarise_peer(d, args.num_envs, 64, args.fraction)
-        s["eval"] = eval_peer(d, args.baselines, args.episodes, args.limit, s["seed"])
+        s["eval"] = cached_eval(d, args)
         peers.append(s)
         (RESULTS / f"peer_curve_seed{s['seed']}.csv").write_text((d / "curve.csv").read_text())
     ours = []
     for d in ours_dirs:
         s = summarise_ours(d, args.fraction)
-        s["eval"] = eval_ours(d, args.episodes, args.limit)
+        s["eval"] = {int(seed): v for seed, v in cached_eval(d, args).items()}
         ours.append(s)
         (RESULTS / f"ours_metrics_seed{s['seeds'][0]}.csv").write_text((d / "metrics.csv").read_text())
     result = {"env": ENV, "commit": args.commit, "steps_per_seed": args.steps, "num_envs": args.num_envs,
@@ -350,7 +364,8 @@ def table(args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["peer", "ours", "table"])
+    parser.add_argument("what", choices=["peer", "ours", "eval", "table"])
+    parser.add_argument("--run", default=None, help="eval: the run dir (under --work) to evaluate")
     parser.add_argument("--seed", type=int, default=3000)
     parser.add_argument("--num-seeds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=196608, help="env steps per seed")
@@ -370,7 +385,10 @@ def main() -> None:
         from purejaxrl_opt.xla_flags import set_default_xla_flags
 
         set_default_xla_flags()
-        table(args)
+        if args.what == "eval":
+            print(json.dumps(cached_eval(Path(args.work) / args.run, args), indent=2))
+        else:
+            table(args)
 
 
 if __name__ == "__main__":
