@@ -297,6 +297,11 @@ def table(args) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     peer_dirs = sorted(d for d in work.glob("peer_seed*") if d.is_dir())
     ours_dirs = sorted(d for d in work.glob("ours_seed*") if d.is_dir())
+    # a run still going (or killed) has no summary.json / no saved policy yet: listed, not summarised
+    unfinished = ([d.name for d in ours_dirs if not (d / "summary.json").exists()]
+                  + [d.name for d in peer_dirs if not (d / "run.json").exists()])
+    ours_dirs = [d for d in ours_dirs if (d / "summary.json").exists()]
+    peer_dirs = [d for d in peer_dirs if (d / "run.json").exists()]
     peers = []
     for d in peer_dirs:
         s = summarise_peer(d, args.num_envs, 64, args.fraction)
@@ -311,7 +316,7 @@ def table(args) -> None:
         (RESULTS / f"ours_metrics_seed{s['seeds'][0]}.csv").write_text((d / "metrics.csv").read_text())
     result = {"env": ENV, "commit": args.commit, "steps_per_seed": args.steps, "num_envs": args.num_envs,
               "eval_episodes": args.episodes, "training_return_fraction": args.fraction,
-              "peer": peers, "ours": ours, "table_command": "python experiments/side_by_side_craftax.py "
+              "peer": peers, "ours": ours, "unfinished_runs": unfinished, "table_command": "python experiments/side_by_side_craftax.py "
               + " ".join(sys.argv[1:]), "load_avg_at_table": os.getloadavg()}
     (RESULTS / "side_by_side_craftax.json").write_text(json.dumps(result, indent=2) + "\n")
 
@@ -343,6 +348,8 @@ def table(args) -> None:
         for seed in o["seeds"]:
             lines.append(row("ours (PPO)", seed, o["eval"][seed], o["training_return_last"][seed],
                              o["compile_s"], o["env_steps_per_s"]))
+    if unfinished:
+        lines += ["", f"Not in this table (still running or killed when it was written): {', '.join(unfinished)}."]
     names = _achievement_names()
     lines += ["", "Per-achievement success rate, % of evaluation episodes (mean over seeds):", "",
               "| achievement | Craftax_Baselines | ours |", "|---|---:|---:|"]
