@@ -1,0 +1,402 @@
+r"""Our PPO against Craftax_Baselines' ``ppo.py`` on Craftax-Classic-Symbolic: same config, same budget, same machine.
+
+The peer is MichaelTMatthews/Craftax_Baselines, a checkout outside the project (``--baselines``), run
+unmodified in its own process with the installed ``craftax`` package: ``python ppo.py --env_name ...
+--num_envs 64 --total_timesteps T --seed S --num_repeats 1 --save_policy`` with W&B offline
+(``WANDB_MODE=offline``): its only record of training is what it logs to W&B (per update, over the
+episodes that ended in that update: return, length, each achievement's success rate in %), read back
+from the offline log with :func:`purejaxrl_opt.loggers.read_wandb_history`. Ours is the train CLI with
+``conf/tuned/ppo_craftax/Craftax-Classic-Symbolic-v1.yaml`` (their defaults at 64 envs).
+
+Both final policies are then evaluated by the same code (:func:`achievement_eval`): ``--episodes``
+fresh episodes per seed, actions sampled (both train by sampling), played to their end through the
+adapter's per-env ``step_env`` (no resets needed), recording each episode's return, length and the
+achievements unlocked. Their network is their own ``models.actor_critic.ActorCritic`` imported from the
+checkout, with the parameters their ``--save_policy`` wrote (orbax).
+
+Reported per side and seed: the Craftax score as % of the max (mean episode return / 22, the paper's
+"% of max reward"; each achievement gives +1 once, health changes +-0.1), the mean number of
+achievements as % of 22 (the mean over achievements of the success rate), the Crafter score
+(``exp(mean_a ln(1 + s_a)) - 1`` over success rates ``s_a`` in %), each achievement's success rate;
+the training return over the last 10% of updates; compile time and env steps/s.
+
+    python experiments/side_by_side_craftax.py peer --seed 3000 --steps 196608   # one process per seed
+    python experiments/side_by_side_craftax.py ours --seed 3000 --num-seeds 2 --steps 196608
+    python experiments/side_by_side_craftax.py eval --run peer_seed3000           # optional: evaluate early
+    python experiments/side_by_side_craftax.py table --commit HASH
+
+Run directories go to ``--work`` (default /work/peers/runs/craftax, outside the project); the table
+(JSON + MD) and each side's per-update curve (CSV) go to experiments/results/side_by_side_craftax/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import glob
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+RESULTS = ROOT / "experiments" / "results" / "side_by_side_craftax"
+ENV = "Craftax-Classic-Symbolic-v1"
+NUM_ACHIEVEMENTS = 22  # Classic; each +1 once per episode: the max return (health changes net ~0)
+TUNED = "conf/tuned/ppo_craftax/Craftax-Classic-Symbolic-v1.yaml"
+
+
+def _peer_command(args, seed: int) -> list[str]:
+    return [sys.executable, "ppo.py", "--env_name", ENV, "--num_envs", str(args.num_envs),
+            "--total_timesteps", str(args.steps), "--seed", str(seed), "--num_repeats", "1",
+            "--save_policy"]
+
+
+def compile_log(text: str) -> list[dict]:
+    """Each program JAX compiled (``JAX_LOG_COMPILES=1``): its name and the seconds XLA took."""
+    found = re.findall(r"Finished XLA compilation of (.+?) in ([\d.e+-]+) sec", text)
+    return [{"program": name, "seconds": float(sec)} for name, sec in found]
+
+
+def run_peer(args) -> None:
+    """One seed of Craftax_Baselines' ppo.py in its own process; records wall times and its log."""
+    run_dir = Path(args.work) / f"peer_seed{args.seed}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    # JAX_LOG_COMPILES: JAX logs each program's compile time (an env variable; their code is unchanged)
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(run_dir), "WANDB_SILENT": "true",
+           "JAX_LOG_COMPILES": "1"}
+    env.pop("XLA_FLAGS", None)  # their defaults
+    command = _peer_command(args, args.seed)  # the caller runs this script under nice
+    start = time.time()
+    with open(run_dir / "stdout.txt", "w") as out:
+        rc = subprocess.run(command, cwd=args.baselines, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+    wall = time.time() - start
+    log = (run_dir / "stdout.txt").read_text()
+    info = {"seed": args.seed, "rc": rc, "wall_s": wall, "process_start_unix": start,
+            "command": "python " + " ".join(command[1:]), "cwd": args.baselines,
+            "baselines_commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=args.baselines,
+                                               capture_output=True, text=True).stdout.strip(),
+            "load_avg_at_end": os.getloadavg()}
+    info["compiles"] = compile_log(log)
+    for key, pattern in (("time_to_run_experiment_s", r"Time to run experiment ([\d.]+)"),
+                         ("sps_printed", r"SPS:\s+([\d.]+)")):
+        found = re.search(pattern, log)
+        info[key] = float(found.group(1)) if found else None
+    (run_dir / "run.json").write_text(json.dumps(info, indent=2) + "\n")
+    print(json.dumps(info, indent=2))
+    if rc != 0:
+        sys.exit(f"ppo.py failed (rc {rc}); see {run_dir / 'stdout.txt'}")
+
+
+def run_ours(args) -> None:
+    """Our PPO through the train CLI (tuned file = their defaults at 64 envs), one process, all seeds."""
+    run_dir = Path(args.work) / f"ours_seed{args.seed}"
+    command = [sys.executable, "-m", "purejaxrl_opt.train", f"env=craftax/{ENV}", "algo=ppo",
+               f"seed={args.seed}", f"num_seeds={args.num_seeds}", f"total_timesteps={args.steps}",
+               f"algo.num_envs={args.num_envs}", "progress.mode=lines", "progress.chunks=4",
+               f"hydra.run.dir={run_dir}"]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    with open(run_dir.parent / f"ours_seed{args.seed}.stdout.txt", "w") as out:
+        rc = subprocess.run(command, cwd=ROOT, env={**os.environ, "JAX_LOG_COMPILES": "1"}, stdout=out,
+                            stderr=subprocess.STDOUT).returncode
+    info = {"seed": args.seed, "num_seeds": args.num_seeds, "rc": rc, "wall_s": time.time() - start,
+            "command": "python " + " ".join(command[1:]), "load_avg_at_end": os.getloadavg(),
+            "compiles": compile_log((run_dir.parent / f"ours_seed{args.seed}.stdout.txt").read_text())}
+    (run_dir / "run.json").write_text(json.dumps(info, indent=2) + "\n")
+    print(json.dumps(info, indent=2))
+    if rc != 0:
+        sys.exit(f"train failed (rc {rc})")
+
+
+# ----------------------------------------------------------------------------------------- evaluation
+def achievement_eval(act, key, num_episodes: int, limit: int):
+    """``num_episodes`` fresh Classic episodes played to their end with ``act(obs [N, D], key) ->
+    action [N]``: ``(returns [N], lengths [N], achievements [N, 22] bool)`` of each first episode."""
+    import jax
+    import jax.numpy as jnp
+
+    from purejaxrl_opt.envs import craftax as craftax_adapter
+
+    env, params = craftax_adapter.make(ENV, {})
+    reset_key, loop_key = jax.random.split(key)
+    obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, num_episodes), params)
+
+    def _cond(loop):
+        return jnp.logical_and(loop[0] < limit, jnp.any(loop[3]))
+
+    def _body(loop):
+        t, state, obs, alive, returns, lengths, achieved, key = loop
+        key, action_key, step_key = jax.random.split(key, 3)
+        action = act(obs, action_key)
+        obs, state, reward, terminated, info = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))(
+            jax.random.split(step_key, num_episodes), state, action, params)
+        done = jnp.logical_or(terminated, jax.vmap(env.is_truncated, in_axes=(0, None))(state, params))
+        returns = returns + jnp.where(alive, reward, 0.0)
+        lengths = lengths + alive
+        achieved = jnp.where((alive & done)[:, None], info["achievements"], achieved)
+        return t + 1, state, obs, alive & ~done, returns, lengths, achieved, key
+
+    init = (jnp.zeros((), jnp.int32), state, obs, jnp.ones((num_episodes,), bool),
+            jnp.zeros((num_episodes,)), jnp.zeros((num_episodes,), jnp.int32),
+            jnp.zeros((num_episodes, NUM_ACHIEVEMENTS), bool), loop_key)
+    out = jax.lax.while_loop(_cond, _body, init)
+    return out[4], out[5], out[6], out[3]
+
+
+def _eval_summary(returns, lengths, achieved, alive, names) -> dict:
+    import numpy as np
+
+    returns, lengths, achieved = np.asarray(returns), np.asarray(lengths), np.asarray(achieved)
+    rates = 100.0 * achieved.mean(axis=0)
+    return {"episodes": int(returns.shape[0]), "unfinished": int(np.asarray(alive).sum()),
+            "return_mean": float(returns.mean()), "length_mean": float(lengths.mean()),
+            "score_pct_of_max": float(100.0 * returns.mean() / NUM_ACHIEVEMENTS),
+            "achievements_pct": float(rates.mean()),
+            "crafter_score": float(math.exp(np.mean(np.log1p(rates))) - 1.0),
+            "success_rate_pct": {name: float(r) for name, r in zip(names, rates)}}
+
+
+def _achievement_names() -> list[str]:
+    from craftax.craftax_classic.constants import Achievement
+
+    return [a.name.lower() for a in sorted(Achievement, key=lambda a: a.value)]
+
+
+def eval_ours(run_dir: Path, episodes: int, limit: int) -> dict:
+    """Every lane of our run, in one compiled function (lanes vmapped)."""
+    import jax
+    import numpy as np
+
+    from purejaxrl_opt import envs
+    from purejaxrl_opt.evaluate import load
+
+    run, algo, plan, lanes, loop, step = load(run_dir)
+
+    def lane_eval(algo_state, key):
+        actor_params, obs_norm = algo.policy_params(algo_state)
+
+        def act(obs, key):
+            return algo.dist.sample(key, algo.policy.apply(actor_params, envs.obs_norm_apply(obs_norm, obs)))
+
+        return achievement_eval(act, key, episodes, limit)
+
+    keys = jax.numpy.stack([jax.random.PRNGKey(10_000 + lane.seed) for lane in lanes])
+    results = jax.jit(jax.vmap(lane_eval))(loop.algo_state, keys)
+    names = _achievement_names()
+    return {lane.seed: _eval_summary(*(np.asarray(r)[lane.index] for r in results), names) for lane in lanes}
+
+
+def eval_peer(run_dir: Path, baselines: str, episodes: int, limit: int, seed: int) -> dict:
+    import jax
+    from orbax.checkpoint import PyTreeCheckpointer
+
+    sys.path.insert(0, baselines)
+    from models.actor_critic import ActorCritic  # their network, unmodified
+
+    found = sorted(glob.glob(str(run_dir / "wandb" / "offline-run-*" / "files" / "policies" / "*" / "default")))
+    if not found:
+        raise FileNotFoundError(f"no saved policy under {run_dir}/wandb/offline-run-*/files/policies")
+    restored = PyTreeCheckpointer().restore(found[-1])
+    params = restored["params"]
+    network = ActorCritic(17, 512)
+
+    def act(obs, key):
+        pi, _ = network.apply(params, obs)
+        return pi.sample(seed=key)
+
+    result = jax.jit(lambda key: achievement_eval(act, key, episodes, limit))(jax.random.PRNGKey(10_000 + seed))
+    return _eval_summary(*result, _achievement_names())
+
+
+# ----------------------------------------------------------------------------------------- training logs
+def _peer_rows(run_dir: Path) -> list[dict]:
+    from purejaxrl_opt.loggers import read_wandb_history
+
+    logs = sorted(glob.glob(str(run_dir / "wandb" / "offline-run-*" / "run-*.wandb")))
+    rows = read_wandb_history(logs[-1])
+
+    def _scalar(v):
+        if isinstance(v, list):
+            return float(v[0]) if v else None
+        if isinstance(v, dict):  # a W&B histogram would lose the value; refuse to guess
+            raise ValueError(f"unexpected W&B value {v!r}")
+        return v
+
+    return [{k: _scalar(v) for k, v in row.items()} for row in rows]
+
+
+def _last_fraction(values: list[float], fraction: float) -> float:
+    tail = values[int(len(values) * (1 - fraction)):] or values[-1:]
+    return sum(tail) / len(tail)
+
+
+def summarise_peer(run_dir: Path, num_envs: int, num_steps: int, fraction: float) -> dict:
+    info = json.loads((run_dir / "run.json").read_text())
+    rows = _peer_rows(run_dir)
+    returns = [r["episode_return"] for r in rows if r.get("episode_return") is not None]
+    sps = [r["sps"] for r in rows if r.get("sps") is not None]
+    steady = sorted(sps)[len(sps) // 2] if sps else None  # median per-update rate (compile excluded)
+    stamps = [r["_timestamp"] for r in rows if "_timestamp" in r]
+    # time from the process start to the first update's log: the compile plus one update
+    first = stamps[0] - info["process_start_unix"] if stamps else None
+    batch = num_envs * num_steps
+    compile_estimate = first - batch / steady if (first is not None and steady) else None
+    with open(run_dir / "curve.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["update", "env_steps", "episode_return", "episode_length", "sps"])
+        for i, r in enumerate(rows):
+            writer.writerow([i + 1, (i + 1) * batch, r.get("episode_return"), r.get("episode_length"), r.get("sps")])
+    return {"seed": info["seed"], "command": info["command"], "baselines_commit": info["baselines_commit"],
+            "updates_logged": len(rows), "training_return_last": _last_fraction(returns, fraction),
+            "wall_s": info["wall_s"], "time_to_run_experiment_s": info["time_to_run_experiment_s"],
+            "first_log_after_s": first, "compile_s_estimate": compile_estimate,
+            "env_steps_per_s_steady": steady, "env_steps_per_s_printed": info["sps_printed"],
+            "load_avg_at_end": info["load_avg_at_end"]}
+
+
+def summarise_ours(run_dir: Path, fraction: float) -> dict:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    info = json.loads((run_dir / "run.json").read_text())
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    per_seed = {}
+    for seed in summary["seeds"]:
+        mine = [r for r in rows if int(r["seed"]) == seed]
+        tail = mine[int(len(mine) * (1 - fraction)):] or mine[-1:]
+        episodes = sum(float(r["episodes"]) for r in tail)
+        per_seed[seed] = sum(float(r["return_mean"]) * float(r["episodes"]) for r in tail) / max(episodes, 1.0)
+    return {"seeds": summary["seeds"], "command": info["command"], "training_return_last": per_seed,
+            "compile_s": summary["compile_seconds"], "run_s": summary["run_seconds"],
+            "env_steps_per_s": summary["env_steps_per_second"], "wall_s": info["wall_s"],
+            "final_return_per_seed_16ep": summary["final_return_per_seed"], "device": summary["device"],
+            "load_avg_at_end": info["load_avg_at_end"]}
+
+
+def cached_eval(run_dir: Path, args) -> dict:
+    """The evaluation of a run dir's final policy (``eval.json`` there, computed once: ``eval``)."""
+    path = run_dir / f"eval_{args.episodes}ep.json"
+    if not path.exists():
+        if run_dir.name.startswith("peer_seed"):
+            seed = json.loads((run_dir / "run.json").read_text())["seed"]
+            result = eval_peer(run_dir, args.baselines, args.episodes, args.limit, seed)
+        else:
+            result = eval_ours(run_dir, args.episodes, args.limit)
+        path.write_text(json.dumps(result, indent=2) + "\n")
+    return json.loads(path.read_text())
+
+
+def table(args) -> None:
+    import numpy as np
+
+    work = Path(args.work)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    peer_dirs = sorted(d for d in work.glob("peer_seed*") if d.is_dir())
+    ours_dirs = sorted(d for d in work.glob("ours_seed*") if d.is_dir())
+    # a run still going (or killed) has no summary.json / no saved policy yet: listed, not summarised
+    unfinished = ([d.name for d in ours_dirs if not (d / "summary.json").exists()]
+                  + [d.name for d in peer_dirs if not (d / "run.json").exists()])
+    ours_dirs = [d for d in ours_dirs if (d / "summary.json").exists()]
+    peer_dirs = [d for d in peer_dirs if (d / "run.json").exists()]
+    peers = []
+    for d in peer_dirs:
+        s = summarise_peer(d, args.num_envs, 64, args.fraction)
+        s["eval"] = cached_eval(d, args)
+        peers.append(s)
+        (RESULTS / f"peer_curve_seed{s['seed']}.csv").write_text((d / "curve.csv").read_text())
+    ours = []
+    for d in ours_dirs:
+        s = summarise_ours(d, args.fraction)
+        s["eval"] = {int(seed): v for seed, v in cached_eval(d, args).items()}
+        ours.append(s)
+        (RESULTS / f"ours_metrics_seed{s['seeds'][0]}.csv").write_text((d / "metrics.csv").read_text())
+    result = {"env": ENV, "commit": args.commit, "steps_per_seed": args.steps, "num_envs": args.num_envs,
+              "eval_episodes": args.episodes, "training_return_fraction": args.fraction,
+              "peer": peers, "ours": ours, "unfinished_runs": unfinished, "table_command": "python experiments/side_by_side_craftax.py "
+              + " ".join(sys.argv[1:]), "load_avg_at_table": os.getloadavg()}
+    (RESULTS / "side_by_side_craftax.json").write_text(json.dumps(result, indent=2) + "\n")
+
+    def row(side, seed, ev, train, compile_s, sps):
+        return (f"| {side} | {seed} | {ev['score_pct_of_max']:.1f} | {ev['achievements_pct']:.1f} | "
+                f"{ev['crafter_score']:.2f} | {ev['return_mean']:.2f} | {ev['length_mean']:.0f} | {train:.2f} | "
+                f"{compile_s:.0f} | {sps:.0f} |")
+
+    lines = [f"# PPO on {ENV}: ours vs Craftax_Baselines' ppo.py, {args.steps:,} env steps per seed, "
+             f"{args.num_envs} envs (CPU)", "",
+             f"Commit `{args.commit}`. Craftax_Baselines at `{peers[0]['baselines_commit'][:7] if peers else '?'}`, "
+             "unmodified, its own process per seed. Commands:", ""]
+    for p in peers:
+        lines.append(f"    (cd Craftax_Baselines && WANDB_MODE=offline {p['command']})")
+    for o in ours:
+        lines.append(f"    {o['command']}")
+    lines += ["    " + result["table_command"], "",
+              f"Evaluation: {args.episodes} fresh episodes per seed, sampled actions, the same code for both "
+              "(experiments/side_by_side_craftax.py's achievement_eval). Score % of max = mean return / 22; "
+              "achievements % = mean over the 22 achievements of the success rate; Crafter score = "
+              "exp(mean ln(1 + rate%)) - 1. Training return: episodes that ended in the last "
+              f"{int(100 * args.fraction)}% of updates (theirs: the mean of their per-update means, as they log it).",
+              "", "| side | seed | score % of max | achievements % | Crafter score | eval return | eval length | "
+              "training return | compile s | env steps/s |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for p in peers:
+        lines.append(row("Craftax_Baselines ppo.py", p["seed"], p["eval"], p["training_return_last"],
+                         p["compile_s_estimate"] or float("nan"), p["env_steps_per_s_steady"] or float("nan")))
+    for o in ours:
+        for seed in o["seeds"]:
+            lines.append(row("ours (PPO)", seed, o["eval"][seed], o["training_return_last"][seed],
+                             o["compile_s"], o["env_steps_per_s"]))
+    if unfinished:
+        lines += ["", f"Not in this table (still running or killed when it was written): {', '.join(unfinished)}."]
+    names = _achievement_names()
+    lines += ["", "Per-achievement success rate, % of evaluation episodes (mean over seeds):", "",
+              "| achievement | Craftax_Baselines | ours |", "|---|---:|---:|"]
+    for name in names:
+        theirs = np.mean([p["eval"]["success_rate_pct"][name] for p in peers]) if peers else float("nan")
+        mine = np.mean([o["eval"][s]["success_rate_pct"][name] for o in ours for s in o["seeds"]]) if ours else float("nan")
+        lines.append(f"| {name} | {theirs:.1f} | {mine:.1f} |")
+    lines += ["", "Env steps/s: theirs = the median of their own per-update rate (logged `sps`, compile "
+              "excluded), one seed per process; ours = summary.json's rate over the whole run (compile "
+              "excluded), all seeds in one process (one lane per core). Compile: ours = summary.json's "
+              "compile_seconds; theirs = (process start to their first logged update) minus one update at "
+              "their steady rate, an estimate (it includes Python start-up and W&B's). Load average at the "
+              "end of each run: " + ", ".join(f"{p['load_avg_at_end'][0]:.1f}" for p in peers) + " (theirs), "
+              + ", ".join(f"{o['load_avg_at_end'][0]:.1f}" for o in ours) + " (ours), on a 2-core machine "
+              "shared with other jobs.", ""]
+    (RESULTS / "side_by_side_craftax.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=["peer", "ours", "eval", "table"])
+    parser.add_argument("--run", default=None, help="eval: the run dir (under --work) to evaluate")
+    parser.add_argument("--seed", type=int, default=3000)
+    parser.add_argument("--num-seeds", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=196608, help="env steps per seed")
+    parser.add_argument("--num-envs", type=int, default=64)
+    parser.add_argument("--episodes", type=int, default=32, help="evaluation episodes per seed")
+    parser.add_argument("--limit", type=int, default=10000, help="evaluation step limit")
+    parser.add_argument("--fraction", type=float, default=0.1)
+    parser.add_argument("--baselines", default="/work/peers/Craftax_Baselines")
+    parser.add_argument("--work", default="/work/peers/runs/craftax")
+    parser.add_argument("--commit", default=None)
+    args = parser.parse_args()
+    if args.what == "peer":
+        run_peer(args)
+    elif args.what == "ours":
+        run_ours(args)
+    else:
+        from purejaxrl_opt.xla_flags import set_default_xla_flags
+
+        set_default_xla_flags()
+        if args.what == "eval":
+            print(json.dumps(cached_eval(Path(args.work) / args.run, args), indent=2))
+        else:
+            table(args)
+
+
+if __name__ == "__main__":
+    main()
