@@ -120,12 +120,13 @@ def our_overrides(side: str, task: str, seeds: list[int], steps: int) -> list[st
             "progress.mode=lines", "checkpoint.final=false", "logger=none"]
 
 
-def run_ours(side: str, task: str, seeds: list[int], steps: int, run_dir: Path, extra: list[str]) -> dict:
+def run_ours(side: str, task: str, seeds: list[int], steps: int, run_dir: Path, extra: list[str],
+             cache_dir: str) -> dict:
     overrides = our_overrides(side, task, seeds, steps) + list(extra) + [f"hydra.run.dir={run_dir}"]
     command = [sys.executable, "-m", "purejaxrl_opt.train"] + overrides
     load_before = load_average()
     start = time.perf_counter()
-    subprocess.run(command, cwd=ROOT, check=True)
+    subprocess.run(command, cwd=ROOT, check=True, env=dict(os.environ, JAX_COMPILATION_CACHE_DIR=cache_dir))
     wall = time.perf_counter() - start
     summary = json.loads((run_dir / "summary.json").read_text())
     curve = _training_curve(run_dir / "metrics.csv")
@@ -169,13 +170,16 @@ def run_main(args) -> None:
                        "--json", str(target)]
             load_before = load_average()
             start = time.perf_counter()
-            subprocess.run(command, cwd=ROOT, check=True)
+            # a persistent compilation cache: Brax builds new jitted functions on every train() call,
+            # so each seed would compile again; compile time is not in either side's env steps/s
+            env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=args.cache_dir)
+            subprocess.run(command, cwd=ROOT, check=True, env=env)
             record = json.loads(target.read_text())
             record.update({"wall_s": round(time.perf_counter() - start, 1), "load_before": load_before,
                            "load_after": load_average(), "peer_command": " ".join(command[1:])})
         else:
             record = run_ours(side, args.task, args.seeds, args.steps, out / f"run_{side}",
-                              args.override.get(side, []))
+                              args.override.get(side, []), args.cache_dir)
         record.update(provenance)
         target.write_text(json.dumps(record, indent=1) + "\n")
         print(f"wrote {target}", flush=True)
@@ -302,6 +306,8 @@ def main() -> None:
     run.add_argument("--override", action="append", default=[], metavar="SIDE:KEY=VALUE",
                      help="an extra CLI override for one of our sides, e.g. ppo:algo.lr=1e-3")
     run.add_argument("--out", default="experiments/results/side_by_side_playground")
+    run.add_argument("--cache-dir", default="/tmp/side_by_side_playground_jax_cache",
+                     help="JAX's persistent compilation cache for both sides")
     peer = sub.add_parser("peer", help="(internal) Brax PPO in this process")
     peer.add_argument("--task", required=True)
     peer.add_argument("--seeds", type=int, nargs="+", required=True)
