@@ -87,11 +87,13 @@ def peer_main(args) -> None:
     env = registry.load(args.task, config_overrides={"impl": "jax"})
     eval_env = registry.load(args.task, config_overrides={"impl": "jax"})
     per_seed = []
+    record = {"side": "brax", "task": args.task, "seeds": [], "env_steps_per_seed": args.steps,
+              "brax_config": configs, "per_seed": per_seed, "jax_devices": str(jax.devices())}
     for seed in args.seeds:
         points = []
         start = time.perf_counter()
 
-        def progress(step, metrics, points=points, start=start):
+        def progress(step, metrics, points=points, start=start, seed=seed):
             points.append({"step": int(step), "wall_s": round(time.perf_counter() - start, 2),
                            "eval_return": float(metrics["eval/episode_reward"]),
                            "eval_return_std": float(metrics.get("eval/episode_reward_std", float("nan"))),
@@ -107,9 +109,31 @@ def peer_main(args) -> None:
         per_seed.append({"seed": seed, "wall_s": round(time.perf_counter() - start, 1), "points": points,
                          "final_return": points[-1]["eval_return"], "env_steps_per_s": points[-1]["sps"],
                          "load_before": load_before, "load_after": load_average()})
-    record = {"side": "brax", "task": args.task, "seeds": args.seeds, "env_steps_per_seed": args.steps,
-              "brax_config": configs, "per_seed": per_seed, "jax_devices": str(jax.devices())}
-    Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
+        record["seeds"].append(seed)
+        # after every seed, so a run stopped early keeps the seeds it finished
+        Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
+
+
+def record_from_log(log: Path, task: str, steps: int, num_envs: int) -> dict:
+    """The brax record of a peer run that was stopped before it wrote its JSON, from its progress
+    lines (``brax <task> seed <s> step <n>: eval <r> sps <v> wall <w> s``); finished seeds only."""
+    import re
+
+    line = re.compile(rf"^brax {task} seed (\d+) step (\d+): eval ([-\d.]+) sps ([-\w.]+) wall ([\d.]+) s$")
+    seeds: dict[int, list] = {}
+    for text in log.read_text().splitlines():
+        match = line.match(text.strip())
+        if match:
+            seed, step, ret, sps, wall = match.groups()
+            seeds.setdefault(int(seed), []).append({"step": int(step), "wall_s": float(wall),
+                                                    "eval_return": float(ret), "sps": float(sps)})
+    per_seed = [{"seed": seed, "points": points, "final_return": points[-1]["eval_return"],
+                 "env_steps_per_s": points[-1]["sps"], "wall_s": points[-1]["wall_s"]}
+                for seed, points in seeds.items() if points[-1]["step"] >= steps]
+    return {"side": "brax", "task": task, "seeds": [s["seed"] for s in per_seed], "env_steps_per_seed": steps,
+            "brax_config": brax_config(task, num_envs, steps), "per_seed": per_seed,
+            "source": f"progress lines of the peer's log {log.name}: the process was stopped before it "
+                      "wrote its JSON; seeds that finished only"}
 
 
 # --------------------------------------------------------------------------- our side (own process)
@@ -314,11 +338,25 @@ def main() -> None:
     peer.add_argument("--steps", type=int, required=True)
     peer.add_argument("--num-envs", type=int, required=True)
     peer.add_argument("--json", required=True)
+    from_log = sub.add_parser("from-log", help="<out>/<task>/brax.json from a stopped peer's log")
+    from_log.add_argument("--task", required=True)
+    from_log.add_argument("--log", required=True)
+    from_log.add_argument("--steps", type=int, default=153_600)
+    from_log.add_argument("--num-envs", type=int, default=32)
+    from_log.add_argument("--out", default="experiments/results/side_by_side_playground")
     report = sub.add_parser("report", help="table + curves of every task in --out")
     report.add_argument("--out", default="experiments/results/side_by_side_playground")
     args = parser.parse_args()
     if args.command == "peer":
         peer_main(args)
+    elif args.command == "from-log":
+        from provenance import stamp
+
+        record = {**record_from_log(Path(args.log), args.task, args.steps, args.num_envs), **stamp()}
+        target = Path(args.out) / args.task / "brax.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(record, indent=1) + "\n")
+        print(f"wrote {target}: seeds {record['seeds']}")
     elif args.command == "run":
         overrides: dict[str, list[str]] = {}
         for item in args.override:
