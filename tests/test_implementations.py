@@ -98,3 +98,17 @@ def test_recurrent_fused_and_autodiff_agree_through_the_policy(cell):
     _, t_fused = jax.jvp(lambda p: loss("fused", p), (params,), (tangent,))
     _, t_auto = jax.jvp(lambda p: loss("autodiff", p), (params,), (tangent,))
     _close(t_fused, t_auto)
+
+
+def test_checkpoint_fingerprint_leaves_out_auto_implementation_keys():
+    """A checkpoint written before network.conv_impl / recurrent_grad existed has neither key: runs at
+    the default (auto) must still match it; an explicit choice is part of the fingerprint."""
+    from purejaxrl_opt import checkpoint
+    from purejaxrl_opt.config import EnvConfig, PPOConfig, RunConfig
+
+    run = RunConfig(algo=PPOConfig(), env=EnvConfig(id="CartPole-v1"))
+    auto = checkpoint.fingerprint(run, None, {})
+    assert "conv_impl" not in auto["config"]["network"] and "recurrent_grad" not in auto["config"]["network"]
+    explicit = dataclasses.replace(run, network=dataclasses.replace(run.network, conv_impl="lax"))
+    lines = checkpoint.mismatches(auto, checkpoint.fingerprint(explicit, None, {}))
+    assert lines == ["network.conv_impl: checkpoint has nothing, this run has 'lax'"]
