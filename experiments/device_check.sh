@@ -35,6 +35,10 @@ status=0
 timeout --signal=TERM --kill-after=10 "${DEVICE_CHECK_TIMEOUT_S:-590}" \
   "$python" experiments/device_check.py --out "$out" "${@:2}" || status=$?
 if [[ $status -eq 124 ]]; then
-  echo "device_check: stopped at the ${DEVICE_CHECK_TIMEOUT_S:-590} s limit; $out holds what was measured" >&2
+  if [[ -f "$out" ]]; then
+    echo "device_check: stopped at the ${DEVICE_CHECK_TIMEOUT_S:-590} s limit; $out holds what was measured" >&2
+  else
+    echo "device_check: stopped at the ${DEVICE_CHECK_TIMEOUT_S:-590} s limit before the first measurement ended" >&2
+  fi
 fi
 exit $status
