@@ -244,7 +244,11 @@ def report_main(args) -> None:
             ci = stats.stratified_bootstrap_ci(finals, "iqm", reps=2000, seed=0)
             t_half = stats.t_half_width(finals)
             sps = _sps(record)
-            entry = {"task": task, "side": side, "seeds": record["seeds"], "final_return_per_seed":
+            initial = ([s["points"][0]["eval_return"] for s in record["per_seed"] if s["points"][0]["step"] == 0]
+                       if side == "brax" else [])
+            entry = {"task": task, "side": side, "seeds": record["seeds"],
+                     "initial_policy_return_mean": round(float(np.mean(initial)), 1) if initial else None,
+                     "source": record.get("source"), "final_return_per_seed":
                      [round(float(x), 1) for x in finals], "iqm": round(ci.value, 1),
                      "iqm_ci95": [round(ci.low, 1), round(ci.high, 1)], "mean": round(float(finals.mean()), 1),
                      "t_half_width95": None if t_half is None else round(t_half, 1),
@@ -276,6 +280,12 @@ def report_main(args) -> None:
             f"{entry['t_half_width95'] if entry['t_half_width95'] is not None else float('nan'):.0f} | "
             f"{entry['env_steps_per_s']:,} | {entry['sps_ratio_vs_brax'] or float('nan'):.2f} | "
             f"{load[0][0] if load[0] else '?'} -> {load[1][0] if load[1] else '?'} |")
+    for entry in rows:
+        if entry["initial_policy_return_mean"] is not None:
+            lines.append(f"\n{entry['task']}: Brax's evaluation of its initial (untrained) policy, step 0, "
+                         f"mean over seeds: {entry['initial_policy_return_mean']:.0f}.")
+        if entry["source"]:
+            lines.append(f"\n{entry['task']} / {entry['side']}: {entry['source']}.")
     lines += ["", "Commands: each task's `<task>/<side>.json` names the commit and the exact command; "
               "ours also the CLI overrides (`command`)."]
     (out / "summary.md").write_text("\n".join(lines) + "\n" + f"\ncommit: {summary['commit']}\n"
