@@ -238,6 +238,15 @@ def report_main(args) -> None:
     for task in tasks:
         records = {side: json.loads((out / task / f"{side}.json").read_text())
                    for side in SIDES if (out / task / f"{side}.json").exists()}
+        # further Brax seeds run as separate peer processes (``peer --json <task>/brax_<seed>.json``)
+        for extra in sorted((out / task).glob("brax_*.json")):
+            more = json.loads(extra.read_text())
+            if "brax" not in records:
+                records["brax"] = more
+                continue
+            known = set(records["brax"]["seeds"])
+            records["brax"]["per_seed"] += [s for s in more["per_seed"] if s["seed"] not in known]
+            records["brax"]["seeds"] = [s["seed"] for s in records["brax"]["per_seed"]]
         brax_sps = _sps(records["brax"]) if "brax" in records else None
         for side, record in records.items():
             finals = np.asarray(_finals(record), float)
