@@ -36,6 +36,7 @@ FORMAT = 1
 DIRNAME = "checkpoints"
 # keys of the run config that only affect the final evaluation, not the training state
 EVAL_ONLY_KEYS = ("eval_episodes", "eval_deterministic")
+IMPLEMENTATION_KEYS = ("conv_impl", "recurrent_grad")  # network keys (purejaxrl_opt/implementations.py)
 
 
 class CheckpointError(ValueError):
@@ -82,6 +83,11 @@ def fingerprint(run, plan, loop_shape) -> dict:
     config = asdict(run)
     for key in EVAL_ONLY_KEYS:
         config.pop(key, None)
+    # per-backend implementation keys at their default are left out, so checkpoints written before
+    # these keys existed still resume; an explicit choice is part of the fingerprint
+    for key in IMPLEMENTATION_KEYS:
+        if config["network"].get(key) == "auto":
+            config["network"].pop(key)
     leaves = jax.tree_util.tree_leaves(loop_shape)
     structure = {path: [list(leaf.shape), str(leaf.dtype)]
                  for path, leaf in zip(_leaf_paths(loop_shape), leaves)}

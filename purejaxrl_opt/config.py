@@ -97,6 +97,11 @@ class NetworkConfig:
     # recurrent cell between the torso and the heads of actor and critic (kind=mlp): none | gru | lstm
     recurrent: str = "none"
     recurrent_size: int = 64  # hidden state width of the recurrent cell
+    # per-backend implementations (purejaxrl_opt/implementations.py), auto = the fast one for the
+    # backend: conv torso patch (im2col matmul, CPU) | lax (flax Conv: cuDNN on GPU, TPU);
+    # recurrent cell's derivative fused (hand-arranged scan JVP, CPU) | autodiff (GPU, TPU)
+    conv_impl: str = "auto"
+    recurrent_grad: str = "auto"
     # transformer (kind=transformer)
     d_model: int = 64
     num_layers: int = 2
@@ -120,6 +125,10 @@ class NetworkConfig:
         one_of(f"{prefix}.activation", self.activation, self.ACTIVATIONS)
         one_of(f"{prefix}.recurrent", self.recurrent, self.RECURRENT)
         positive(f"{prefix}.recurrent_size", self.recurrent_size)
+        from purejaxrl_opt.implementations import CONV_IMPLS, RECURRENT_GRADS
+
+        one_of(f"{prefix}.conv_impl", self.conv_impl, CONV_IMPLS)
+        one_of(f"{prefix}.recurrent_grad", self.recurrent_grad, RECURRENT_GRADS)
         _check(self.recurrent == "none" or self.kind == "mlp", f"{prefix}.recurrent", self.recurrent,
                "'none' with network.kind=transformer (a recurrent cell goes with kind=mlp)")
 

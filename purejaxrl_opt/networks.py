@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from purejaxrl_opt import implementations
 from purejaxrl_opt.config import NetworkConfig
 from purejaxrl_opt.distributions import mask_logits
 from purejaxrl_opt.envs import EnvSpec
@@ -77,18 +78,27 @@ class PatchConv(nn.Module):
         return (out + bias).reshape((n, out_h, out_w, self.features))
 
 
+def _lax_conv(features: int, kernel_size: tuple[int, int], kernel_init: Callable, name: str) -> nn.Conv:
+    """The stride-1 VALID ``flax.linen.Conv`` that :class:`PatchConv` computes another way."""
+    return nn.Conv(features, kernel_size, padding="VALID", kernel_init=kernel_init,
+                   bias_init=nn.initializers.zeros, name=name)
+
+
 class Torso(nn.Module):
     """Conv layers for image observations (``[..., H, W, C]``), then an MLP; flattens other shapes.
 
-    Conv layer ``i`` is :class:`PatchConv` named ``Conv_i``: the parameter tree is the one
-    ``nn.Conv`` layers gave (``Conv_0/kernel [3, 3, C_in, C_out]``, ``Conv_0/bias``), so checkpoints
-    load either way and the initial values are the same.
+    Conv layer ``i`` is named ``Conv_i``, a :class:`PatchConv` (``conv_impl="patch"``, the XLA:CPU
+    choice) or ``flax.linen.Conv`` (``"lax"``: ``lax.conv``, cuDNN on GPU); ``"auto"`` picks by backend
+    (purejaxrl_opt/implementations.py). The parameter tree is the same either way
+    (``Conv_0/kernel [3, 3, C_in, C_out]``, ``Conv_0/bias``), so checkpoints load either way and the
+    initial values are the same.
     """
 
     obs_ndim: int
     hidden_sizes: Sequence[int]
     activation: str
     cnn_channels: Sequence[int] = ()
+    conv_impl: str = "auto"
 
     @nn.compact
     def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
@@ -97,10 +107,10 @@ class Torso(nn.Module):
         # explicit sizes, not -1: an empty batch (a replay of zero steps) must reshape too
         x = obs.reshape((int(np.prod(batch_shape)),) + obs.shape[obs.ndim - self.obs_ndim:]).astype(jnp.float32)
         if self.obs_ndim == 3:
+            conv = PatchConv if implementations.conv_impl(self.conv_impl) == "patch" else _lax_conv
             for index, channels in enumerate(self.cnn_channels):
-                x = nn.relu(PatchConv(channels, (3, 3),
-                                      kernel_init=nn.initializers.orthogonal(np.sqrt(2)),
-                                      name=f"Conv_{index}")(x))
+                x = nn.relu(conv(channels, (3, 3), kernel_init=nn.initializers.orthogonal(np.sqrt(2)),
+                                 name=f"Conv_{index}")(x))
         x = x.reshape((x.shape[0], int(np.prod(x.shape[1:]))))
         for size in self.hidden_sizes:
             x = act(_dense(size, np.sqrt(2))(x))
@@ -133,7 +143,7 @@ class Actor(nn.Module):
     @nn.compact
     def __call__(self, obs: jnp.ndarray) -> dict[str, jnp.ndarray]:
         x = Torso(len(self.spec.obs_shape), self.net.hidden_sizes, self.net.activation,
-                  self.net.cnn_channels)(obs)
+                  self.net.cnn_channels, self.net.conv_impl)(obs)
         out = _dense(self.spec.num_actions, 0.01)(x)
         if self.spec.discrete:
             return {"logits": masked(self.spec, out, obs)}
@@ -151,7 +161,7 @@ class Critic(nn.Module):
     @nn.compact
     def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
         x = Torso(len(self.spec.obs_shape), self.net.hidden_sizes, self.net.activation,
-                  self.net.cnn_channels)(obs)
+                  self.net.cnn_channels, self.net.conv_impl)(obs)
         return _dense(1, 1.0)(x)[..., 0]
 
 
@@ -310,7 +320,7 @@ class _RecurrentNetwork(nn.Module):
 
     def setup(self):
         self.torso = Torso(len(self.spec.obs_shape), self.net.hidden_sizes, self.net.activation,
-                           self.net.cnn_channels)
+                           self.net.cnn_channels, self.net.conv_impl)
         self.cell = RecurrentCell(self.net.recurrent, self.net.recurrent_size)
         self.setup_head()
 

@@ -167,6 +167,20 @@ def _scan_cell_jvp(cell, primals, tangents):
     return (last, h, after), (d_last, d_h, d_after)
 
 
+def scan_cell_autodiff(cell: str, kernel, bias, memory, projected, done):
+    """:func:`scan_cell` with JAX's own derivative of the scan (``network.recurrent_grad=autodiff``,
+    the ``auto`` choice on GPU/TPU, where the CPU-specific arrangement of :func:`scan_cell` has no
+    measured reason to be): the same function, the same values."""
+    last, (h, after, _, _) = _scan_forward(cell, kernel, bias, memory, projected, done)
+    return last, h, after
+
+
+def _scan_fn(net: NetworkConfig) -> Callable:
+    from purejaxrl_opt import implementations
+
+    return scan_cell if implementations.recurrent_grad(net.recurrent_grad) == "fused" else scan_cell_autodiff
+
+
 def as_policy(policy_or_fn) -> Policy:
     """A :class:`Policy` as is; a plain ``actor_fn(params, obs)`` as a carry-free policy."""
     if isinstance(policy_or_fn, Policy):
@@ -233,12 +247,13 @@ def _recurrence(module, spec: EnvSpec, net: NetworkConfig, actor: bool = False) 
     def init(key):
         return module.init(key, zero_memory(net, (1,)), jnp.zeros((1,) + spec.obs_shape, jnp.float32))
 
+    scan = _scan_fn(net)
     return init, Recurrence(
         zero=lambda batch_shape: zero_memory(net, batch_shape),
         embed=lambda params, obs: module.apply(params, obs, method="embed"),
         core=lambda params, memory, x: module.apply(params, memory, x, method="core"),
         head=lambda params, h: module.apply(params, h, method="head"),
-        sequence=lambda params, memory, x, done: scan_cell(
+        sequence=lambda params, memory, x, done: scan(
             net.recurrent, params["params"]["cell"]["recurrent_kernel"],
             params["params"]["cell"].get("recurrent_bias"), memory, x, done),
         finish=finish)

@@ -12,6 +12,7 @@ from purejaxrl_opt import xla_flags
 def cpu_host(monkeypatch):
     """A CPU-only install with 4 usable cores and no XLA_FLAGS."""
     monkeypatch.delenv("XLA_FLAGS", raising=False)
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)  # tests/conftest.py sets it to cpu
     monkeypatch.setattr(xla_flags.importlib.util, "find_spec", lambda name: None)
     monkeypatch.setattr(xla_flags, "usable_cores", lambda: 4)
     return monkeypatch
@@ -45,3 +46,21 @@ def test_accelerator_installs_are_left_alone(cpu_host):
 
 def test_usable_cores_is_positive():
     assert xla_flags.usable_cores() >= 1
+
+
+def test_jax_platforms_decides_over_installed_plugins(cpu_host):
+    """JAX_PLATFORMS' first entry is the backend JAX will compute on: cpu gets the CPU flags even
+    with a GPU plugin installed; a GPU/TPU platform gets none even where no plugin is found."""
+    cpu_host.setattr(xla_flags.importlib.util, "find_spec",
+                     lambda name: object() if name == "jax_cuda12_plugin" else None)
+    cpu_host.setenv("JAX_PLATFORMS", "cpu")
+    assert xla_flags.runs_on_cpu()
+    xla_flags.set_default_xla_flags()
+    assert "--xla_force_host_platform_device_count=4" in xla_flags.os.environ["XLA_FLAGS"]
+    cpu_host.delenv("XLA_FLAGS")
+    cpu_host.setattr(xla_flags.importlib.util, "find_spec", lambda name: None)
+    for platforms in ("cuda", "tpu", "cuda,cpu"):
+        cpu_host.setenv("JAX_PLATFORMS", platforms)
+        assert not xla_flags.runs_on_cpu()
+        xla_flags.set_default_xla_flags()
+        assert "XLA_FLAGS" not in xla_flags.os.environ

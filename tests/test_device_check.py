@@ -1,0 +1,55 @@
+"""experiments/device_check.py: the measurement plan covers every env x algorithm at 1/8/32/1024 lanes,
+heavy measurements never displace an env when the budget runs out, every planned config validates,
+and (slow tier) the script runs end to end on the CPU and writes its JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "experiments"))
+
+
+def test_plan_covers_every_env_and_algo_at_every_lane_count_widest_first():
+    import device_check as dc
+
+    full = dc.plan(small=False)
+    assert len(full) == len(set(full)) == len(dc.ENVS) * len(dc.ALGOS) * 4
+    for env_id in dc.ENVS:
+        for algo in dc.ALGOS:
+            assert {lanes for e, a, lanes in full if (e, a) == (env_id, algo)} == {1, 8, 32, 1024}
+    # the first round (1 and 1024 lanes) of every env comes before any middle point
+    first_middle = min(i for i, (_, _, lanes) in enumerate(full) if lanes in (8, 32))
+    assert {(e, a) for e, a, lanes in full[:first_middle]} == {(e, a) for e in dc.ENVS for a in dc.ALGOS}
+    small = dc.plan(small=True)
+    assert {e for e, _, _ in small} == set(dc.ENVS) and max(lanes for *_, lanes in small) == 2
+
+
+def test_every_planned_config_validates():
+    pytest.importorskip("mujoco_playground")
+    pytest.importorskip("craftax")
+    import device_check as dc
+
+    for env_id, algo, lanes in dc.plan(small=False) + dc.plan(small=True):
+        run = dc.run_config(env_id, algo, lanes, updates=3, small=lanes <= 2)
+        assert run.num_seeds == lanes and run.algo.name == algo
+
+
+@pytest.mark.slow  # two compiles of CartPole training
+def test_small_run_writes_its_json(tmp_path):
+    out = tmp_path / "check.json"
+    env = dict(os.environ, DEVICE_CHECK_SMALL="1", JAX_PLATFORMS="cpu")
+    subprocess.run([sys.executable, str(ROOT / "experiments" / "device_check.py"), "--out", str(out),
+                    "--envs", "CartPole-v1", "--algos", "ppo"], check=True, env=env, cwd=ROOT, timeout=900)
+    payload = json.loads(out.read_text())
+    assert payload["implementations"] == {"backend": "cpu", "conv_impl": "patch", "recurrent_grad": "fused"}
+    assert [r["lanes"] for r in payload["results"]] == [1, 2] and not payload["failed"]
+    for record in payload["results"]:
+        # one timed update of every lane: 4 envs x 8 steps each
+        assert record["env_steps_timed"] == 32 * record["lanes"] and record["env_steps_per_s"] > 0
