@@ -56,10 +56,10 @@ class Bar:
             # leave=None: the outermost bar stays on screen when done, nested ones are cleared
             self._bar = tqdm(total=total, initial=int(initial), unit=f" {unit}", unit_scale=unit_scale,
                              desc=desc, file=stream, leave=None, dynamic_ncols=True, smoothing=0,
-                             mininterval=0.1, miniters=0, bar_format=self.FORMAT, delay=0)
+                             mininterval=0.1, miniters=0, bar_format=self.FORMAT,
+                             delay=1e-9)  # first drawn by the first update, not at 0 on creation
             if started_at is not None:
                 self._bar.start_t = self._bar.last_print_t = started_at
-                self._bar.refresh()
 
     def update_to(self, done: float, total: float | None = None, postfix: str | None = None) -> None:
         """Set the work done so far (and, if given, a new total and the text after the rate)."""
