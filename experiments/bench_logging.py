@@ -13,7 +13,9 @@ all of them alike:
   terminal: what a user gets by default);
 * ``wandb``: ``logger=wandb logger.mode=offline`` (the console too), every chunk's rows logged live.
 
-Two figures per mode: the **wall time** of the whole run (build, compile, training, final
+Three figures per mode: the **CPU seconds** of the run (this process's threads plus W&B's service
+process: what logging adds where cores are scarce, and much less noisy than wall time on a shared
+machine), the **wall time** of the whole run (build, compile, training, final
 evaluation, artifacts, loggers' start and finish), as the median over the repeats and as its ratio
 to ``off``; and the **seconds the run's thread spent inside the loggers** (every sink call timed),
 over the wall time of that run -- a direct measurement, much less noisy than the difference of two
@@ -73,23 +75,44 @@ def compose(overrides: list[str]):
         return hydra_compose("config", overrides=overrides)
 
 
+def cpu_seconds() -> tuple[float, float]:
+    """CPU seconds (user + system) of this process (every thread) and of its live child processes
+    (W&B's service, which one process keeps from its first ``wandb.init`` to its exit)."""
+    import psutil
+
+    me = psutil.Process()
+    own = me.cpu_times()
+    children = 0.0
+    for child in me.children(recursive=True):
+        try:
+            times = child.cpu_times()
+            children += times.user + times.system
+        except psutil.Error:
+            pass
+    return own.user + own.system, children
+
+
 def run_once(mode: str, base: list[str], out_dir: Path) -> dict:
     from purejaxrl_opt import loggers, runner
     from purejaxrl_opt.config import parse_settings
 
     settings = parse_settings(compose(base + MODES[mode]))
+    own_before, children_before = cpu_seconds()
     start = time.perf_counter()
     sinks = [Timed(s) for s in loggers.make_loggers(settings.logger, settings.progress.mode)]
     result = runner.execute(settings.run, out_dir, sinks, num_chunks=settings.progress.num_chunks,
                             checkpoints=settings.checkpoint)
     wall = time.perf_counter() - start
+    own_after, children_after = cpu_seconds()
     in_loggers = {}
     for sink in sinks:
         for name, seconds in sink.seconds.items():
             in_loggers[name] = in_loggers.get(name, 0.0) + seconds
     return {"wall_s": wall, "compile_s": result.summary["compile_seconds"],
             "train_s": result.summary["run_seconds"], "logger_s": sum(in_loggers.values()),
-            "logger_s_by_call": in_loggers, "final_return_mean": result.summary["final_return_mean"],
+            "logger_s_by_call": in_loggers, "cpu_s": own_after - own_before,
+            "service_cpu_s": max(children_after - children_before, 0.0),
+            "final_return_mean": result.summary["final_return_mean"],
             "num_updates": result.summary["num_updates"]}
 
 
@@ -131,9 +154,11 @@ def main(argv=None) -> int:
                 runs[mode].append(result)
                 print(f"[bench_logging] {mode:8s} repeat {repeat}: wall {result['wall_s']:.2f}s "
                       f"(compile {result['compile_s']:.2f}s, train {result['train_s']:.2f}s), "
+                      f"cpu {result['cpu_s']:.2f}s + service {result['service_cpu_s']:.2f}s, "
                       f"in loggers {result['logger_s']:.3f}s "
                       f"{ {k: round(v, 3) for k, v in result['logger_s_by_call'].items()} }", flush=True)
     off_wall = statistics.median(r["wall_s"] for r in runs["off"]) if "off" in runs else None
+    off_cpu = statistics.median(r["cpu_s"] + r["service_cpu_s"] for r in runs["off"]) if "off" in runs else None
     summary = {}
     for mode, results in runs.items():
         wall = statistics.median(r["wall_s"] for r in results)
@@ -143,9 +168,13 @@ def main(argv=None) -> int:
             "wall_ratio_to_off": wall / off_wall if off_wall else None,
             "logger_share_of_wall_median": share,
             "logger_s_median": statistics.median(r["logger_s"] for r in results),
+            "cpu_s_median": (cpu := statistics.median(r["cpu_s"] + r["service_cpu_s"] for r in results)),
+            "cpu_ratio_to_off": cpu / off_cpu if off_cpu else None,
         }
         ratio = f"{summary[mode]['wall_ratio_to_off']:.3f}" if off_wall else "-"
-        print(f"[bench_logging] {mode:8s}: wall median {wall:.2f}s, ratio to off {ratio}, "
+        cpu_ratio = f"{summary[mode]['cpu_ratio_to_off']:.3f}" if off_cpu else "-"
+        print(f"[bench_logging] {mode:8s}: wall median {wall:.2f}s, ratio to off {ratio}; CPU median "
+              f"{cpu:.2f}s (process + W&B service), ratio to off {cpu_ratio}; "
               f"time in loggers {100 * share:.2f}% of the wall time")
     out = {**stamp, "load_average": os.getloadavg(), "cpu_count": os.cpu_count(),
            "config": base, "modes": {m: MODES[m] for m in modes}, "repeats": args.repeats,
