@@ -520,7 +520,9 @@ def plot_improvement(path: Path, pairs: list[dict], level: float) -> None:
 
 
 def _print(text: str) -> None:
-    print(f"[benchmark] {text}", flush=True)
+    from purejaxrl_opt.progress import write
+
+    write(f"[benchmark] {text}")  # above the suite's progress bar, if one is drawn
 
 
 def dry_run_text(suite: Suite) -> str:
@@ -564,8 +566,15 @@ def run_suite(suite: Suite, out_dir: str | os.PathLike, train_overrides: list[st
     _print(f"suite {suite.name!r}: {len(suite.entries)} entries -> {out_dir}")
     _print(f"machine: {describe_machine(info)}")
     results = []
+    from purejaxrl_opt.progress import Bar
+
+    # on a terminal: the suite's env steps (every entry's budget) done, rate and time left, above
+    # each entry's training bar
+    budgets = [e.total_timesteps * e.num_seeds for e in suite.entries]
+    bar = Bar(sum(budgets), unit="env steps", desc=f"suite {suite.name}")
     for index, (entry, cfg) in enumerate(zip(suite.entries, configs)):
         entry_dir = out_dir / entry.name
+        bar.update_to(sum(budgets[:index]), postfix=f"entry {index + 1}/{len(suite.entries)} {entry.name}")
         result = {"name": entry.name, "algo": entry.algo, "env": entry.env,
                   "total_timesteps": entry.total_timesteps, "num_seeds": entry.num_seeds,
                   "seeds": entry.seeds, "overrides": entry.train_overrides(list(train_overrides)),
@@ -574,6 +583,7 @@ def run_suite(suite: Suite, out_dir: str | os.PathLike, train_overrides: list[st
         if summary is not None:
             _print(f"[{index + 1}/{len(suite.entries)}] {entry.name}: finished run found in {entry_dir}, "
                    "read back")
+            bar.add_initial(budgets[index])  # done, but not at this process's rate
         else:
             _print(f"[{index + 1}/{len(suite.entries)}] {entry.name}: {entry.algo} on {entry.env}, "
                    f"{entry.total_timesteps:,} steps x seeds {entry.seed}-{entry.seeds[-1]}")
@@ -600,6 +610,8 @@ def run_suite(suite: Suite, out_dir: str | os.PathLike, train_overrides: list[st
             _print(f"{entry.name}: IQM {_ci(result, 'iqm')}, mean {_ci(result, 'mean')} "
                    f"({100 * level:g}% CIs)")
         results.append(result)
+    bar.update_to(sum(budgets))
+    bar.close()
     pairs = improvement_pairs(results, reps, level, seed)
     machine_text = describe_machine(info)
     out = {"suite": suite.name, "suite_file": str(suite.path), "description": suite.description,

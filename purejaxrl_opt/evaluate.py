@@ -1,7 +1,7 @@
 """Evaluate a saved policy: load a run's checkpoint, play N episodes per lane, write the returns.
 
     python -m purejaxrl_opt.evaluate RUN_DIR [--episodes N] [--step UPDATE] [--stochastic]
-                                     [--out PATH] [--gif PATH [--lane L]]
+                                     [--out PATH] [--gif PATH [--lane L]] [--no-wandb]
 
 Loads the final (or ``--step``) checkpoint of ``RUN_DIR`` -- the config is read from the checkpoint
 itself, so no Hydra overrides are needed -- and evaluates every lane (seed x sweep config) for
@@ -10,7 +10,11 @@ itself, so no Hydra overrides are needed -- and evaluates every lane (seed x swe
 Writes ``RUN_DIR/eval/update_<step>_<episodes>ep.json`` (or ``--out``). ``--gif`` renders one episode
 of lane ``--lane``: with the env's own ``render_frame(state, params)`` where its adapter provides one
 (envs/protocol.py), else, on gymnax, with gymnax's visualizer (classic control needs pygame,
-MinAtar/Catch/mazes only matplotlib); other envs are refused with the reason.
+MinAtar/Catch/mazes only matplotlib); other envs are refused with the reason; a progress bar counts
+the rendered frames on a terminal. A run logged to W&B (``RUN_DIR/wandb_run.json``) gets the
+evaluation's returns in its W&B summary (``evaluate/...``) and the ``--gif`` as the video
+``episode_video``, in the same W&B run (resumed by its id; offline runs stay offline), unless
+``--no-wandb``.
 """
 
 from __future__ import annotations
@@ -81,6 +85,18 @@ def play_episode(algo, loop, lane: int, deterministic: bool = True):
             np.cumsum(np.asarray(rewards, np.float64)[:length]))
 
 
+def _frames(render, states) -> list:
+    """``render(state)`` of every state, with a progress bar of the frames on a terminal."""
+    from purejaxrl_opt.progress import Bar
+
+    frames = []
+    with Bar(len(states), unit="frames", desc="rendering") as bar:
+        for state in states:
+            frames.append(render(state))
+            bar.update_to(len(frames))
+    return frames
+
+
 def _gym_frames(env_id: str, env_params, states) -> list:
     """Classic-control frames from ONE gymnasium renderer (gymnax's visualizer builds a new
     gymnasium env per frame: minutes for a 500-step CartPole episode)."""
@@ -93,13 +109,14 @@ def _gym_frames(env_id: str, env_params, states) -> list:
         gym_env.reset(seed=0)
         unwrapped = gym_env.unwrapped
         vis_gym.set_gym_params(unwrapped, env_id, env_params)
-        frames = []
-        for state in states:
+
+        def render(state):
             unwrapped.state = vis_gym.get_gym_state(state, env_id)
             if env_id == "Pendulum-v1":
                 unwrapped.last_u = np.asarray(state.last_u, dtype=np.float64)
-            frames.append(np.asarray(gym_env.render()))
-        return frames
+            return np.asarray(gym_env.render())
+
+        return _frames(render, states)
     finally:
         gym_env.close()
 
@@ -151,7 +168,8 @@ def write_gif(algo, loop, lane: int, path: str | Path, deterministic: bool = Tru
         import numpy as np
 
         render = jax.jit(algo.env.render_frame)
-        _save_gif([np.asarray(render(state, algo.env_params), np.uint8) for state in states], path)
+        _save_gif(_frames(lambda state: np.asarray(render(state, algo.env_params), np.uint8), states),
+                  path)
     elif name in NEEDS_PYGAME:
         _save_gif(_gym_frames(name, algo.env_params, states), path)
     else:
@@ -172,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="JSON file for the returns")
     parser.add_argument("--gif", default=None, help="write an animation of one episode here")
     parser.add_argument("--lane", type=int, default=0, help="lane rendered by --gif")
+    parser.add_argument("--no-wandb", action="store_true",
+                        help="do not add the returns and the --gif to the run's W&B run")
     args = parser.parse_args(argv)
     if args.episodes is not None and args.episodes < 1:
         parser.error("--episodes must be >= 1")
@@ -216,6 +236,29 @@ def main(argv: list[str] | None = None) -> int:
             print(f"purejaxrl_opt.evaluate: {error}", file=sys.stderr)
             return 2
         print(f"[purejaxrl_opt] animation of one episode of lane {args.lane} -> {path}")
+    if not args.no_wandb:
+        return _log_to_wandb(args.run_dir, result, args.gif and path, args.lane)
+    return 0
+
+
+def _log_to_wandb(run_dir, result: dict, gif, lane: int) -> int:
+    """The returns (and the GIF) into the run's W&B run, if it has one; 1 when W&B fails."""
+    from purejaxrl_opt import loggers
+
+    summary = {"evaluate/checkpoint_update": result["checkpoint_update"],
+               "evaluate/episodes": result["episodes"], "evaluate/deterministic": result["deterministic"],
+               "evaluate/mean_return": result["mean"],
+               "evaluate/mean_return_per_lane": [entry["mean"] for entry in result["lanes"]]}
+    if gif:
+        summary["evaluate/video_lane"] = lane
+    try:
+        state = loggers.log_to_run(run_dir, {"episode_video": str(gif)} if gif else None, summary)
+    except Exception as error:  # noqa: BLE001 - the returns and the GIF are written already
+        print(f"purejaxrl_opt.evaluate: could not log to the run's W&B run: {error}", file=sys.stderr)
+        return 1
+    if state is not None:
+        print(f"[purejaxrl_opt] added to W&B run {state['id']} ({state['mode']})"
+              + (f": episode_video at step {state['last_step']}" if gif else ""))
     return 0
 
 

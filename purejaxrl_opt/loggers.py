@@ -13,6 +13,7 @@ import dataclasses
 import math
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,19 +37,30 @@ def _recent_return(metrics: dict, updates_done: int, window: int = 10) -> float:
 
 
 class Console(Sink):
-    """One line at start, one after compiling, one at the end; progress as a bar (TTY) or lines."""
+    """One line at start, one after compiling, one at the end; progress as a bar (a terminal) or
+    lines (anything else, at most every ``line_every_seconds``).
+
+    The bar (:class:`purejaxrl_opt.progress.Bar`) counts the env steps of every lane: done of the
+    run's total, env steps per second of this process and the time left, then the update and the
+    recent return. ``progress="auto"`` draws it when ``stream`` is a terminal.
+    """
 
     def __init__(self, progress: str = "auto", stream=None, line_every_seconds: float = 10.0):
+        from purejaxrl_opt.progress import is_terminal
+
         self.stream = stream or sys.stdout
-        tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.mode = {"auto": "bar" if tty else "lines"}.get(progress, progress)
+        self.mode = {"auto": "bar" if is_terminal(self.stream) else "lines"}.get(progress, progress)
         # plain progress lines (not a TTY) at most this often: short runs stay quiet (start, compile
         # and final lines only), long ones report
         self.line_every_seconds = line_every_seconds
         self._last_line = 0.0
+        self._bar, self._bar_closed = None, False
+        self._desc = None
 
     def _print(self, text: str, end: str = "\n") -> None:
-        print(text, end=end, file=self.stream, flush=True)
+        from purejaxrl_opt.progress import write
+
+        write(text, self.stream, end=end)  # above the bars, if any are drawn
 
     def start(self, run, algo, out_dir, lanes=None, plan=None, start_update=0):
         from purejaxrl_opt.artifacts import describe_device
@@ -62,9 +74,11 @@ class Console(Sink):
         # every lane's budget of env steps: with one (GRPO) the run ends there, num_updates is a bound
         self._budget = (run.total_timesteps * (len(lanes) if lanes else run.num_seeds)
                         if getattr(algo, "lane_active", None) is not None else None)
+        self._desc = f"{run.algo.name} {run.env.id}"
 
     def compiled(self, seconds):
         self._print(f"[purejaxrl_opt] compiled in {seconds:.1f}s")
+        self._training_started = time.time()  # the bar's clock (drawn at the first report)
 
     def progress(self, metrics, updates_done, num_updates, seconds, start_update=0):
         if self.mode == "off":
@@ -76,8 +90,14 @@ class Console(Sink):
         env_steps = np.asarray(metrics["env_steps"])
 
         def _steps(upto):  # cumulative steps of every lane after update upto-1 (NaN: lane done)
+            if upto <= 0:
+                return 0.0
             return float(np.sum(np.nan_to_num(np.fmax.accumulate(env_steps[:, :upto], axis=1)[:, -1])))
 
+        if self.mode == "bar":
+            if not self._bar_closed:
+                self._progress_bar(metrics, _steps, updates_done, num_updates, start_update)
+            return
         steps = _steps(updates_done)
         done, done_before = updates_done / num_updates, start_update / num_updates
         if getattr(self, "_budget", None):  # the share of the budget spent, if further
@@ -90,14 +110,31 @@ class Console(Sink):
         eta = seconds * (1.0 - done) / max(done - done_before, 1e-9)
         text = (f"update {updates_done}/{num_updates}  return {_recent_return(metrics, updates_done):.2f}"
                 f"  {rate:,.0f} steps/s  eta {eta:.0f}s")
-        if self.mode == "bar":
-            filled = int(30 * done)
-            end = "\n" if updates_done == num_updates else ""
-            self._print(f"\r[{'#' * filled}{'.' * (30 - filled)}] {text}", end=end)
-        else:
-            self._print(f"[purejaxrl_opt] {text}")
+        self._print(f"[purejaxrl_opt] {text}")
+
+    def _progress_bar(self, metrics, _steps, updates_done, num_updates, start_update):
+        from purejaxrl_opt.progress import Bar
+
+        steps = _steps(updates_done)
+        if self._bar is None:  # the total and the steps done before this process, once
+            # a fixed number of updates: every update is the same number of env steps
+            self._total = getattr(self, "_budget", None) or (steps * num_updates / max(updates_done, 1))
+            self._bar = Bar(self._total, unit="env steps", desc=self._desc, stream=self.stream,
+                            initial=_steps(start_update), enabled=True,
+                            started_at=getattr(self, "_training_started", None))
+        total = max(self._total, steps)  # a budget run may end one update past its budget
+        postfix = f"update {updates_done}/{num_updates}, return {_recent_return(metrics, updates_done):.2f}"
+        if updates_done >= num_updates:  # the last report: a budget run ends where it ended
+            total = steps
+        self._bar.update_to(steps, total=total, postfix=postfix)
+        if updates_done >= num_updates:
+            self._bar.close()
+            self._bar, self._bar_closed = None, True
 
     def finish(self, summary, metrics, out_dir):
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
         for config in summary.get("sweep", {}).get("configs", []):
             values = ", ".join(f"{k}={v:g}" for k, v in config["values"].items())
             self._print(f"[purejaxrl_opt]   config {config['config']} ({values}): final return "
@@ -110,9 +147,69 @@ class Console(Sink):
             f"run {summary['run_seconds']:.1f}s); results in {out_dir}")
 
 
+class _Background:
+    """Runs jobs in order on one daemon thread, so that a slow sink (W&B's service under load takes
+    milliseconds per row) never stalls the training loop that calls it. The first job that raises
+    stops the rest; its error is re-raised by :meth:`check` and :meth:`close`. Jobs still queued when
+    the interpreter exits (a run that raised mid-training) are run by an ``atexit`` drain first."""
+
+    def __init__(self, name: str):
+        import atexit
+        import queue
+        import threading
+
+        self._queue: queue.Queue = queue.Queue()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+        self._drain = lambda: self.close(raise_error=False, timeout=60.0)
+        atexit.register(self._drain)
+
+    def _loop(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            if self._error is None:
+                try:
+                    job()
+                except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
+                    self._error = error
+
+    def submit(self, job) -> None:
+        self.check()
+        self._queue.put(job)
+
+    def wait(self) -> None:
+        """Block until every job submitted so far has run (re-raises a job's error)."""
+        import threading
+
+        done = threading.Event()
+        self._queue.put(done.set)
+        while not done.wait(0.05):
+            if not self._thread.is_alive() or self._error is not None:
+                break  # a failed job: the queued ones (this one too) are skipped
+        self.check()
+
+    def check(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def close(self, raise_error: bool = True, timeout: float | None = None) -> None:
+        import atexit
+
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(timeout)
+        atexit.unregister(self._drain)
+        if raise_error:
+            self.check()
+
+
 class WandB(Sink):
     """Weights & Biases, live: config at start, every chunk's new rows as the run goes, then the
-    summary and the learning-curve PNG.
+    summary and the learning-curve PNG; ``python -m purejaxrl_opt.evaluate RUN_DIR --gif`` adds the
+    episode video and the evaluation's returns to the same W&B run (:func:`log_to_run`).
 
     One W&B run per job. Per-lane curves are logged as ``<lane>/<metric>`` (``seed_3/return_mean``,
     or ``cfg1_seed_3/return_mean`` in an in-compile sweep) and their mean and std over the lanes as
@@ -125,11 +222,16 @@ class WandB(Sink):
     Rows reach W&B at every progress report (each chunk of updates), so a long run's dashboard fills
     as it trains; W&B's service writes them to the run's ``.wandb`` log at least every
     :data:`FLUSH_SECONDS` (its default is 15 s), so a run killed with SIGKILL keeps every row handed
-    over more than that before the kill. The run's W&B id and the last update handed over are kept in
-    ``RUN_DIR/wandb_run.json``: ``resume=RUN_DIR`` continues the same W&B run and logs from the
-    checkpoint it resumes from. A resumed run recomputes the updates after its checkpoint bitwise, so
-    a row that reached the killed run's log before the kill is logged again with the same values,
-    and W&B, whose steps only increase, keeps one of them; no update is missing.
+    over more than that before the kill. Every call into W&B (``wandb.init``, the rows, the summary)
+    runs on one background thread, in order: ``wandb.init`` (seconds: it starts W&B's service) runs
+    while the training program compiles, and the rows of a chunk are handed over while the next
+    chunk trains; :meth:`compiled` waits for ``wandb.init`` (a W&B error stops the run before it
+    trains) and :meth:`finish` for everything. The run's W&B id, project, mode and dir and the
+    last update handed over are kept in ``RUN_DIR/wandb_run.json``: ``resume=RUN_DIR`` continues the
+    same W&B run and logs from the checkpoint it resumes from. A resumed run recomputes the updates
+    after its checkpoint bitwise, so a row that reached the killed run's log before the kill is
+    logged again with the same values, and W&B, whose steps only increase, keeps one of them; no
+    update is missing.
     """
 
     MODES = ("online", "offline", "disabled")
@@ -154,11 +256,10 @@ class WandB(Sink):
         self.kwargs = dict(project=project, entity=entity, mode=mode, group=group, tags=tags,
                            dir=dir, name=name)
         self.wandb_run = None
+        self._worker: _Background | None = None
 
     def start(self, run, algo, out_dir, lanes=None, plan=None, start_update=0):
-        import wandb
-
-        from purejaxrl_opt.artifacts import config_dict, write_json_atomic
+        from purejaxrl_opt.artifacts import config_dict
         from purejaxrl_opt.sweep import lanes as make_lanes
 
         kwargs = {k: v for k, v in self.kwargs.items() if v is not None}
@@ -178,22 +279,38 @@ class WandB(Sink):
             kwargs.update(id=previous["id"], resume="allow")
             self.next_update = start_update
         else:
-            from wandb.sdk.lib.runid import generate_id
-
-            kwargs["id"] = generate_id()
+            kwargs["id"] = _new_run_id()
             self.next_update = 0
         self.run_id = kwargs["id"]
+        # where the run lives, for the processes that add to it later (resume, evaluate --gif)
+        self.state = {"id": self.run_id, "logged_through": self.next_update - 1,
+                      "project": kwargs.get("project"), "entity": kwargs.get("entity"),
+                      "mode": kwargs.get("mode"), "group": kwargs.get("group"), "name": kwargs.get("name"),
+                      "dir": str(Path(kwargs.get("dir") or os.environ["WANDB_DIR"]).absolute())}
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.state_path, {"id": self.run_id, "logged_through": self.next_update - 1})
+        self._write_state()
+        self.lanes = lanes or make_lanes(run, plan)
+        self.start_update = start_update
+        self._init_done = False
+        self._worker = _Background("wandb-logger")
+        self._worker.submit(lambda: self._init(config, kwargs))
+
+    def _init(self, config: dict, kwargs: dict) -> None:  # on the worker thread
+        import wandb
+
         settings = wandb.Settings(x_transaction_log_flush_interval=self.FLUSH_SECONDS)
         self.wandb_run = wandb.init(config=config, settings=settings, **kwargs)
         self.wandb_run.define_metric("env_steps")
         self.wandb_run.define_metric("*", step_metric="env_steps")
-        self.lanes = lanes or make_lanes(run, plan)
-        self.start_update = start_update
+
+    def _write_state(self) -> None:
+        from purejaxrl_opt.artifacts import write_json_atomic
+
+        write_json_atomic(self.state_path, self.state)
 
     def compiled(self, seconds):
-        self.wandb_run.summary["compile_seconds"] = seconds
+        self._worker.wait()  # wandb.init ran during the compile; its errors stop the run here
+        self._worker.submit(lambda: self.wandb_run.summary.__setitem__("compile_seconds", seconds))
 
     def _groups(self) -> dict[str, list[int]]:
         """Lanes whose mean/std are logged together: all of them, or each sweep config's."""
@@ -203,37 +320,71 @@ class WandB(Sink):
         return {f"cfg{c}/": [lane.index for lane in self.lanes if lane.config == c] for c in configs}
 
     def _log_rows(self, metrics: dict, upto: int) -> None:
-        """Log updates ``next_update .. upto-1`` (those some lane ran) and record how far W&B has them."""
-        from purejaxrl_opt.artifacts import write_json_atomic
-
-        names = [n for n in metrics if n != "env_steps"]
-        groups = self._groups()
+        """Hand updates ``next_update .. upto-1`` to the worker, which logs those some lane ran and
+        records how far W&B has them. Only those columns are copied: the training loop goes on."""
         upto = min(upto, metrics["env_steps"].shape[1])
-        for update in range(self.next_update, upto):
-            if not np.isfinite(metrics["env_steps"][:, update]).any():
-                continue  # no lane ran this update (GRPO: every budget spent before)
-            row: dict[str, Any] = {"update": update,
-                                   "env_steps": float(np.nanmean(metrics["env_steps"][:, update]))}
-            for name in names:
-                column = metrics[name][:, update]
-                for lane in self.lanes:
-                    if np.isfinite(column[lane.index]):
-                        row[f"{lane.label}/{name}"] = float(column[lane.index])
-                for prefix, members in groups.items():
-                    values = column[members]
-                    if np.isfinite(values).any():
-                        row[f"{prefix}mean/{name}"] = float(np.nanmean(values))
-                        row[f"{prefix}std/{name}"] = float(np.nanstd(values))
-            self.wandb_run.log(row, step=update, commit=True)  # sent now, not held for the next step
-        if upto > self.next_update:
-            self.next_update = upto
-            write_json_atomic(self.state_path, {"id": self.run_id, "logged_through": upto - 1})
+        first = self.next_update
+        if upto <= first:
+            return
+        columns = {name: np.array(values[:, first:upto]) for name, values in metrics.items()}
+        self.next_update = upto
+        self._worker.submit(lambda: self._log_columns(columns, first, upto))
+
+    def _log_columns(self, columns: dict, first: int, upto: int) -> None:  # on the worker thread
+        for update, row in zip(range(first, upto), self._rows(columns, first)):
+            if row is not None:  # None: no lane ran this update (GRPO: every budget spent before)
+                self.wandb_run.log(row, step=update, commit=True)  # sent now, not held back
+        self.state["logged_through"] = upto - 1
+        self._write_state()
+
+    def _rows(self, columns: dict, first: int) -> list:
+        """One W&B row per column (update ``first + i``) of ``columns`` (``name -> [lanes, updates]``;
+        None where no lane ran it): the lanes' finite values and, per group, the mean and std over
+        its lanes' finite values. The means and stds are computed for every update at once and the
+        rows filled from Python lists: well under a microsecond per value, where a numpy call per
+        value (tens of microseconds) cost more than W&B itself."""
+        import warnings
+
+        env_steps = columns["env_steps"]
+        ran = np.isfinite(env_steps).any(axis=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns, skipped below
+            mean_steps = np.nanmean(env_steps, axis=0)
+        rows = [{"update": first + i, "env_steps": step} if ok else None
+                for i, (ok, step) in enumerate(zip(ran.tolist(), mean_steps.tolist()))]
+        labels = [(lane.index, f"{lane.label}/") for lane in self.lanes]
+        for name, values in columns.items():
+            if name == "env_steps":
+                continue
+            finite = np.isfinite(values)
+            keyed = [(label + name, index) for index, label in labels]
+            by_update, finite_by_update = values.T.tolist(), finite.T.tolist()
+            for row, lane_values, lane_finite in zip(rows, by_update, finite_by_update):
+                if row is not None:
+                    for key, index in keyed:
+                        if lane_finite[index]:
+                            row[key] = lane_values[index]
+            for prefix, members in self._groups().items():
+                some = finite[members].any(axis=0).tolist()
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    means = np.nanmean(values[members], axis=0).tolist()
+                    stds = np.nanstd(values[members], axis=0).tolist()
+                for row, ok, mean, std in zip(rows, some, means, stds):
+                    if row is not None and ok:
+                        row[f"{prefix}mean/{name}"] = mean
+                        row[f"{prefix}std/{name}"] = std
+        return rows
 
     def progress(self, metrics, updates_done, num_updates, seconds, start_update=0):
         self._log_rows(metrics, updates_done)
 
     def finish(self, summary, metrics, out_dir):
         self._log_rows(metrics, metrics["env_steps"].shape[1])
+        self._worker.submit(lambda: self._finish(summary, Path(out_dir)))
+        self._worker.close()
+
+    def _finish(self, summary: dict, out_dir: Path) -> None:  # on the worker thread
         for key, value in summary.items():
             if isinstance(value, (int, float, str)):
                 self.wandb_run.summary[key] = value
@@ -241,12 +392,64 @@ class WandB(Sink):
         for config in summary.get("sweep", {}).get("configs", []):
             for key in ("final_return_mean", "final_return_std", "final_return_ci95"):
                 self.wandb_run.summary[f"cfg{config['config']}/{key}"] = config[key]
-        plot = Path(out_dir) / "learning_curve.png"
+        plot = out_dir / "learning_curve.png"
         if plot.exists():
             import wandb
 
-            self.wandb_run.log({"learning_curve": wandb.Image(str(plot))})
+            step = self.state["logged_through"] + 1  # after every update's row
+            self.wandb_run.log({"learning_curve": wandb.Image(str(plot))}, step=step)
+            self.state["last_step"] = step
+            self._write_state()
         self.wandb_run.finish()
+
+
+def _new_run_id() -> str:
+    """A W&B run id as W&B makes them (8 characters of a-z0-9), without importing wandb here:
+    its import (seconds on a loaded machine) happens on the logging thread, during the compile."""
+    import secrets
+    import string
+
+    return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+
+
+def log_to_run(run_dir, media: dict | None = None, summary: dict | None = None) -> dict | None:
+    """Add to the W&B run a training run logged to (its ``RUN_DIR/wandb_run.json``): ``media``
+    (``name -> path`` of a GIF/MP4 video or a PNG image) as one history row after the run's last
+    step, ``summary`` (``key -> value``) into the run's summary. The run is resumed by its id, with
+    the project, entity, mode and dir it was made with (offline: a new ``offline-run-*-<id>`` dir
+    under the same ``wandb/`` dir, which ``wandb sync`` merges into the run). Returns the updated
+    state (``last_step``: the row's step), or None when the run dir has no W&B run (or it was made
+    with ``mode=disabled``)."""
+    state_path = Path(run_dir) / WandB.STATE_FILE
+    state = _read_json(state_path)
+    if state is None or state.get("mode") == "disabled":
+        return None
+    import wandb
+
+    from purejaxrl_opt.artifacts import write_json_atomic
+
+    kwargs = {k: state[k] for k in ("project", "entity", "mode", "group", "name", "dir")
+              if state.get(k) is not None}
+    if "dir" in kwargs:
+        Path(kwargs["dir"]).mkdir(parents=True, exist_ok=True)
+    settings = wandb.Settings(x_transaction_log_flush_interval=WandB.FLUSH_SECONDS)
+    wandb_run = wandb.init(id=state["id"], resume="allow", settings=settings, **kwargs)
+    try:
+        if media:
+            row = {}
+            for name, path in media.items():
+                suffix = Path(path).suffix.lower()
+                row[name] = (wandb.Image(str(path)) if suffix in (".png", ".jpg", ".jpeg")
+                             else wandb.Video(str(path)))
+            step = max(state.get("logged_through", -1), state.get("last_step", -1)) + 1
+            wandb_run.log(row, step=step)
+            state["last_step"] = step
+        for key, value in (summary or {}).items():
+            wandb_run.summary[key] = value
+    finally:
+        wandb_run.finish()
+    write_json_atomic(state_path, state)
+    return state
 
 
 def _read_json(path: Path) -> dict | None:

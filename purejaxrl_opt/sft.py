@@ -173,8 +173,14 @@ def exact_match(actions, answers, answer_len):
 
 
 def make_sft_train(policy, prompts, actions, answer_len, cfg: SFTConfig, log_every: int):
-    """``train(key) -> (params, {loss, train_accuracy})``: one jit. The metrics have one row before
-    training (the whole example set) and one per ``log_every`` steps (loss: mean over those steps)."""
+    """``(init, blocks)``, the two jitted pieces of SFT training.
+
+    ``init(key) -> carry``: the untrained parameters, Adam's state, the key of every block and the
+    metrics buffer ``{loss, train_accuracy}: [steps // log_every + 1]`` with row 0 measured on the
+    untrained model (the whole example set). ``blocks(carry, start, stop) -> carry`` runs blocks
+    ``start .. stop-1`` of ``log_every`` Adam steps each, block ``i`` writing row ``i + 1`` (loss: the
+    mean over its steps). The bounds are traced, so one compiled ``blocks`` serves any split of the
+    run into calls: the results are bitwise the same in one call or in many (a progress bar's)."""
     import jax
     import jax.numpy as jnp
     import optax
@@ -183,45 +189,80 @@ def make_sft_train(policy, prompts, actions, answer_len, cfg: SFTConfig, log_eve
     num = prompts.shape[0]
     batch = min(cfg.batch_size, num)
     num_steps = actions.shape[1]
+    num_blocks = cfg.steps // log_every
     grad_fn = jax.value_and_grad(lambda p, idx: sequence_loss(
         policy, p, prompts[idx], actions[idx], answer_len[idx]))
 
-    def train(key):
+    def _step(state, step_key):
+        params, opt_state = state
+        idx = jax.random.choice(step_key, num, (batch,), replace=False)
+        loss, grads = grad_fn(params, idx)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), loss
+
+    def _block(state, block_key):
+        state, losses = jax.lax.scan(_step, state, jax.random.split(block_key, log_every))
+        accuracy = exact_match(greedy_answers(policy, state[0], prompts, num_steps), actions,
+                               answer_len).mean()
+        return state, {"loss": losses.mean(), "train_accuracy": accuracy}
+
+    def init(key):
         init_key, key = jax.random.split(key)
         params = policy.init(init_key)
-        opt_state = optimizer.init(params)
+        accuracy = exact_match(greedy_answers(policy, params, prompts, num_steps), actions,
+                               answer_len).mean()
+        loss = sequence_loss(policy, params, prompts, actions, answer_len)
+        metrics = {name: jnp.full((num_blocks + 1,), jnp.nan, jnp.float32).at[0].set(value)
+                   for name, value in (("loss", loss), ("train_accuracy", accuracy))}
+        return (params, optimizer.init(params), jax.random.split(key, num_blocks), metrics)
 
-        def _step(state, step_key):
-            params, opt_state = state
-            idx = jax.random.choice(step_key, num, (batch,), replace=False)
-            loss, grads = grad_fn(params, idx)
-            updates, opt_state = optimizer.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), loss
+    def blocks(carry, start, stop):
+        def _one(i, carry):
+            params, opt_state, keys, metrics = carry
+            (params, opt_state), row = _block((params, opt_state), keys[i])
+            metrics = {name: metrics[name].at[i + 1].set(row[name]) for name in metrics}
+            return params, opt_state, keys, metrics
 
-        def _block(state, block_key):
-            state, losses = jax.lax.scan(_step, state, jax.random.split(block_key, log_every))
-            accuracy = exact_match(greedy_answers(policy, state[0], prompts, num_steps), actions,
-                                   answer_len).mean()
-            return state, {"loss": losses.mean(), "train_accuracy": accuracy}
+        return jax.lax.fori_loop(start, stop, _one, carry)
 
-        def _measure(params):
-            accuracy = exact_match(greedy_answers(policy, params, prompts, num_steps), actions,
-                                   answer_len).mean()
-            loss = sequence_loss(policy, params, prompts, actions, answer_len)
-            return {"loss": loss[None], "train_accuracy": accuracy[None]}
+    return init, blocks
 
-        before = _measure(params)  # row 0: the untrained model
-        (params, _), metrics = jax.lax.scan(_block, (params, opt_state),
-                                            jax.random.split(key, cfg.steps // log_every))
-        return params, {k: jnp.concatenate([before[k], metrics[k]]) for k in metrics}
 
-    return train
+def train_blocks(init, blocks, key, num_blocks: int, num_chunks: int = 1, on_chunk=None):
+    """Compile ``init`` and ``blocks`` (:func:`make_sft_train`), then run every block in
+    ``num_chunks`` calls of the one compiled ``blocks``; ``on_chunk(carry, blocks_done, seconds)``
+    after each call (seconds of training so far; it may read the metrics: that waits for this call,
+    the next one is dispatched first). Returns ``(carry, compile s, train s)``."""
+    import jax
+    import jax.numpy as jnp
+
+    from purejaxrl_opt.runner import chunk_stops
+
+    start = time.perf_counter()
+    init_compiled = jax.jit(init).lower(key).compile()
+    shape = jax.eval_shape(init, key)
+    blocks_compiled = jax.jit(blocks).lower(shape, jnp.int32(0), jnp.int32(1)).compile()
+    compile_s = time.perf_counter() - start
+    start = time.perf_counter()
+    carry, done, pending = init_compiled(key), 0, None
+    for stop in chunk_stops(num_blocks, num_chunks):
+        carry, done = blocks_compiled(carry, jnp.int32(done), jnp.int32(stop)), stop
+        if on_chunk is not None:
+            if pending is not None:
+                on_chunk(*pending, time.perf_counter() - start)
+            pending = (carry, done)
+    carry = jax.block_until_ready(carry)
+    train_s = time.perf_counter() - start
+    if pending is not None:
+        on_chunk(*pending, train_s)
+    return carry, compile_s, train_s
 
 
 # --------------------------------------------------------------------------- the run
 def run_sft(env_cfg: EnvConfig, net: NetworkConfig, cfg: SFTConfig, seed: int, out_dir: str | Path,
-            log=print) -> dict:
-    """Validate, train, evaluate and write the run dir; returns the summary."""
+            log=print, progress: bool | None = None) -> dict:
+    """Validate, train, evaluate and write the run dir; returns the summary. ``progress``: a bar of
+    the Adam steps (done, steps/s, time left, the latest loss) -- None: on a terminal only."""
     import jax
     import numpy as np
 
@@ -249,14 +290,27 @@ def run_sft(env_cfg: EnvConfig, net: NetworkConfig, cfg: SFTConfig, seed: int, o
     out_dir.mkdir(parents=True, exist_ok=True)
     log(f"sft | env {env_cfg.id} | {cfg.num_examples} examples | {cfg.steps} steps x batch "
         f"{cfg.batch_size} | device {jax.devices()[0].platform}")
-    train = jax.jit(make_sft_train(policy, prompts, actions, answer_len, cfg, log_every))
-    key = jax.random.PRNGKey(seed)
-    start = time.perf_counter()
-    compiled = train.lower(key).compile()
-    compile_s = time.perf_counter() - start
-    start = time.perf_counter()
-    params, metrics = jax.block_until_ready(compiled(key))
-    train_s = time.perf_counter() - start
+    init, blocks = make_sft_train(policy, prompts, actions, answer_len, cfg, log_every)
+    num_blocks = cfg.steps // log_every
+    from purejaxrl_opt.progress import Bar, is_terminal
+
+    show = is_terminal() if progress is None else progress
+    bars = []  # made at the first report, its clock set to when training started (after compiling)
+
+    def _on_chunk(carry, blocks_done, seconds):
+        loss = float(np.asarray(carry[3]["loss"][blocks_done]))  # waits for this call only
+        if not bars:
+            bars.append(Bar(cfg.steps, unit="steps", desc=f"sft {env_cfg.id}", enabled=True,
+                            started_at=time.time() - seconds))
+        bars[0].update_to(blocks_done * log_every, postfix=f"loss {loss:.4f}")
+
+    try:
+        (params, _, _, metrics), compile_s, train_s = train_blocks(
+            init, blocks, jax.random.PRNGKey(seed), num_blocks,
+            num_chunks=min(num_blocks, 50) if show else 1, on_chunk=_on_chunk if show else None)
+    finally:
+        for bar in bars:
+            bar.close()
     eval_params = envs.eval_params(spec, env_params)
 
     @jax.jit

@@ -132,7 +132,9 @@ def test_console_progress_bar_and_lines():
     quiet = io.StringIO()  # a short run prints no progress lines at all
     Console("auto", quiet).progress(metrics, 2, 4, 0.5)
     assert quiet.getvalue() == ""
-    assert bar.getvalue().startswith("\r[###############...............] update 2/4")
+    # the bar (tqdm): env steps of every lane done of the total, then the update and the return
+    assert bar.getvalue().startswith("\r") and "50%" in bar.getvalue()
+    assert "2.05k/4.10k env steps" in bar.getvalue() and "update 2/4, return 15.00" in bar.getvalue()
     assert lines.getvalue().startswith("[purejaxrl_opt] update 2/4  return 15.00  4,096 steps/s  eta 0s")
     resumed = io.StringIO()  # a resumed run's rate counts only this process's steps
     Console("lines", resumed, line_every_seconds=0).progress(metrics, 2, 4, 0.5, start_update=1)
@@ -259,6 +261,41 @@ def test_gif_of_one_episode(sweep_run, tmp_path):
 
     with Image.open(path) as image:
         assert image.n_frames > 5
+
+
+def test_evaluate_gif_goes_to_the_same_wandb_run(sweep_run, tmp_path, monkeypatch):
+    """``evaluate RUN_DIR --gif``: the video and the returns reach the training's W&B run (its id from
+    RUN_DIR/wandb_run.json, its wandb dir although WANDB_DIR is no longer set), one step after the
+    learning-curve image, read back from the offline log."""
+    pytest.importorskip("pygame", reason="classic-control rendering needs pygame")
+    from purejaxrl_opt.loggers import read_wandb_history
+
+    out, result, _ = sweep_run
+    run_dir = out / "run"
+    state = json.loads((run_dir / "wandb_run.json").read_text())
+    num_updates = result.summary["num_updates"]
+    assert state["logged_through"] == num_updates - 1 and state["last_step"] == num_updates
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    gif, returns = tmp_path / "episode.gif", tmp_path / "returns.json"
+    assert evaluate.main([str(run_dir), "--gif", str(gif), "--lane", "1", "--out", str(returns)]) == 0
+    logs = list((out / "wandb_root" / "wandb").glob(f"offline-run-*-{state['id']}/run-{state['id']}.wandb"))
+    assert len(logs) == 2  # the training's and evaluate's, both of the one W&B run
+    rows = {log: read_wandb_history(log) for log in logs}
+    (added,) = [log for log, history in rows.items() if any("episode_video/_type" in r for r in history)]
+    (row,) = rows[added]
+    assert row["episode_video/_type"] == "video-file" and row["_step"] == num_updates + 1
+    video = added.parent / "files" / row["episode_video/path"]
+    assert video.read_bytes() == gif.read_bytes()  # the GIF itself, not a re-encoding
+    summary = {}
+    for record in read_wandb_records(added):
+        if record.WhichOneof("record_type") == "summary":
+            summary.update({i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                            for i in record.summary.update})
+    expected = json.loads(returns.read_text())
+    assert summary["evaluate/mean_return"] == pytest.approx(expected["mean"])
+    assert summary["evaluate/checkpoint_update"] == num_updates
+    assert json.loads((run_dir / "wandb_run.json").read_text())["last_step"] == num_updates + 1
 
 
 # =====================================================================================================

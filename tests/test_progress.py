@@ -1,0 +1,166 @@
+"""Progress bars (purejaxrl_opt/progress.py and the console sink): on a real pseudo-terminal a job
+prints a bar with the steps done of the total, the rate and the time left; to a pipe it prints no bar
+at all. The fast tests drive the bars from a tiny child process (no JAX compile); the slow ones run
+the training and SFT command lines on a pseudo-terminal.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# tqdm's meter: "<done>/<total> <unit> [<elapsed><<left>, <rate> <unit>/s" (elapsed and left as mm:ss)
+METER = r"(\d+(\.\d+)?k?)/(\d+(\.\d+)?k?) {unit} \[\d\d:\d\d<\d\d:\d\d, \d+(\.\d+)?k? {unit}/s"
+
+
+def run_in_terminal(args: list[str], env: dict | None = None, timeout: float = 120) -> str:
+    """Run ``args`` with stdout and stderr on a new pseudo-terminal (120 columns); its output."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))
+    process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, cwd=ROOT,
+                               env=env, close_fds=True)
+    os.close(slave)
+    chunks = []
+    try:
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+    finally:
+        os.close(master)
+        process.wait(timeout)
+    assert process.returncode == 0, b"".join(chunks).decode(errors="replace")[-3000:]
+    return b"".join(chunks).decode(errors="replace")
+
+
+def run_in_pipe(args: list[str], env: dict | None = None, timeout: float = 120) -> str:
+    done = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout + done.stderr
+
+
+# a job of 6 reports, 0.1 s apart: a Bar (the SFT / suite / rendering bar) and the training console
+CHILD = textwrap.dedent("""
+    import time
+    import numpy as np
+    from purejaxrl_opt.loggers import Console
+    from purejaxrl_opt.progress import Bar, write
+
+    with Bar(600, unit="steps", desc="job") as bar:
+        for i in range(1, 7):
+            time.sleep(0.1)
+            bar.update_to(100 * i, postfix=f"loss {1.0 / i:.3f}")
+    write("a line between bars")
+    console = Console("auto")
+    console.compiled(1.0)
+    steps = np.cumsum(np.full((2, 6), 512.0), axis=1)
+    for done in range(1, 7):
+        time.sleep(0.1)
+        console.progress({"env_steps": steps, "return_mean": np.full((2, 6), 20.0)}, done, 6, 0.1 * done)
+""")
+
+
+def test_a_terminal_gets_bars_with_steps_rate_and_time_left():
+    out = run_in_terminal([sys.executable, "-c", CHILD])
+    assert re.search(r"job: 100%\|[^|]+\| " + METER.format(unit="steps") + r", loss 0\.167\]", out), out
+    assert "\r" in out and "a line between bars" in out
+    # the training bar: env steps of both lanes (6 updates x 512 x 2 = 6.14k), then update and return
+    assert re.search(METER.format(unit="env steps"), out), out
+    assert "6.14k/6.14k env steps" in out and "update 6/6, return 20.00" in out
+    assert re.search(r"update 3/6", out) and "50%" in out
+
+
+def test_a_pipe_gets_no_bar():
+    out = run_in_pipe([sys.executable, "-c", CHILD])
+    assert "\r" not in out and "steps/s" not in out and "%|" not in out
+    # only the plain lines: the console's (a short run prints no progress lines) and the job's own
+    assert out == "a line between bars\n[purejaxrl_opt] compiled in 1.0s\n"
+
+
+def test_a_disabled_bar_is_a_no_op():
+    import io
+
+    from purejaxrl_opt.progress import Bar, is_terminal
+
+    stream = io.StringIO()
+    assert not is_terminal(stream) and not is_terminal(object())
+    with Bar(10, stream=stream) as bar:
+        bar.update_to(5, postfix="x")
+        bar.add_initial(2)
+    assert stream.getvalue() == "" and not bar.enabled
+
+
+@pytest.mark.slow  # a transformer's training and greedy decoding compile: a minute on 2 loaded cores
+def test_sft_in_blocks_is_bitwise_one_call():
+    """SFT's progress splits training into calls of one compiled ``blocks`` program: the parameters
+    and metrics are bitwise those of a single call."""
+    import jax
+    import numpy as np
+
+    from purejaxrl_opt import envs, sft
+    from purejaxrl_opt.config import EnvConfig, NetworkConfig
+    from purejaxrl_opt.policies import make_policy
+
+    net = NetworkConfig(kind="transformer", d_model=16, num_layers=1, num_heads=2, mlp_ratio=2)
+    env_cfg = EnvConfig(id="Addition-v0", params={"min_digits": 1, "max_digits": 1})
+    cfg = sft.SFTConfig(num_examples=16, steps=30, batch_size=8, eval_prompts=8)
+    policy = make_policy(envs.make(env_cfg.id, dict(env_cfg.params))[2], net)
+    init, blocks = sft.make_sft_train(policy, *sft.make_dataset(env_cfg, cfg, 0), cfg, log_every=10)
+    reports = []
+    one, _, _ = sft.train_blocks(init, blocks, jax.random.PRNGKey(0), 3, num_chunks=1)
+    three, _, _ = sft.train_blocks(init, blocks, jax.random.PRNGKey(0), 3, num_chunks=3,
+                                   on_chunk=lambda carry, done, seconds: reports.append(done))
+    assert reports == [1, 2, 3]
+    for a, b in zip(jax.tree_util.tree_leaves(one), jax.tree_util.tree_leaves(three)):
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+    assert np.isfinite(np.asarray(one[3]["loss"])).all()  # every block wrote its row
+
+
+# ------------------------------------------------------------------------------- the command lines
+@pytest.fixture(scope="module")
+def cli_env(tmp_path_factory):
+    env = dict(os.environ)
+    env.pop("WANDB_SERVICE", None)
+    env.update(JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1",
+               JAX_COMPILATION_CACHE_DIR=str(tmp_path_factory.mktemp("xla_cache")),
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+    return env
+
+
+@pytest.mark.slow
+def test_training_cli_on_a_terminal_and_in_a_pipe(cli_env, tmp_path):
+    args = [sys.executable, "-m", "purejaxrl_opt.train", "env=CartPole-v1", "algo=ppo", "num_seeds=2",
+            "total_timesteps=20480", "eval_episodes=2", "progress.chunks=5", "checkpoint.final=false"]
+    out = run_in_terminal(args + [f"hydra.run.dir={tmp_path / 'tty'}"], cli_env, timeout=600)
+    assert re.search(r"ppo CartPole-v1: 100%\|[^|]+\| " + METER.format(unit="env steps"), out), out
+    assert "40.96k/40.96k env steps" in out or "41.0k/41.0k env steps" in out, out
+    piped = run_in_pipe(args + [f"hydra.run.dir={tmp_path / 'pipe'}"], cli_env, timeout=600)
+    assert "\r" not in piped and "%|" not in piped and "final return" in piped
+
+
+@pytest.mark.slow
+def test_sft_cli_on_a_terminal_and_in_a_pipe(cli_env, tmp_path):
+    args = [sys.executable, "-m", "purejaxrl_opt.sft", "env=Addition-v0", "env.params.min_digits=1",
+            "env.params.max_digits=1", "network.d_model=16", "network.num_layers=1", "sft.num_examples=16",
+            "sft.steps=100", "sft.batch_size=8", "sft.eval_prompts=8"]
+    out = run_in_terminal(args + [f"hydra.run.dir={tmp_path / 'tty'}"], cli_env, timeout=600)
+    assert re.search(r"sft Addition-v0: 100%\|[^|]+\| 100/100 steps \[\d\d:\d\d<\d\d:\d\d, "
+                     r"\d+(\.\d+)? steps/s, loss \d\.\d{4}\]", out), out
+    piped = run_in_pipe(args + [f"hydra.run.dir={tmp_path / 'pipe'}"], cli_env, timeout=600)
+    assert "\r" not in piped and "steps/s" not in piped and "held-out greedy accuracy" in piped
