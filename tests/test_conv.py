@@ -109,6 +109,7 @@ def test_forward_and_gradients_match_flax_conv(shape, channels):
         assert_close(a, b)
 
 
+@pytest.mark.slow  # a big compile; the unvmapped equality and the lane tests of the training loop stay in the fast tier
 def test_vmapped_over_parameter_lanes_with_per_lane_inputs_matches_flax_conv():
     lanes, channels = 3, (16, 4)
     xs = jax.random.normal(jax.random.PRNGKey(1), (lanes, 6, 10, 10, 4))

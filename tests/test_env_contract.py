@@ -59,6 +59,9 @@ CASES: tuple[Case, ...] = (
     Case("playground/CartpoleBalance", (("episode_length", 12),), steps=30),  # MJX; only truncations
     Case("brax/inverted_pendulum", (("episode_length", 40),), steps=40),  # brax: falls terminate
 )
+# compile-heavy cases run in the slow tier; the fast tier keeps one case per adapter module (brax goes
+# through the playground adapter; its termination is checked in tests/test_env_playground.py)
+SLOW_CASES = {"brax/inverted_pendulum"}
 MASKED: tuple[Case, ...] = tuple(case for case in CASES if case.action_mask)
 
 
@@ -101,7 +104,8 @@ def make_rollout(env, env_params, spec: envs.EnvSpec, num_envs: int, steps: int)
     return jax.jit(jax.vmap(rollout))
 
 
-@pytest.fixture(scope="module", params=CASES, ids=str)
+@pytest.fixture(scope="module", ids=str, params=[
+    pytest.param(case, marks=pytest.mark.slow) if case.env_id in SLOW_CASES else case for case in CASES])
 def case_run(request):
     case = request.param
     env, env_params, spec = envs.make(case.env_id, dict(case.params))

@@ -150,19 +150,6 @@ def test_death_is_terminated_keeps_final_obs_and_resets_to_a_real_reset_state(cr
     assert not bool(terminated[1].any())
 
 
-def test_a_step_where_no_episode_ends_passes_the_stepped_state_through(craftax):
-    """No env ended: no pool world enters the batch (the reset branch is skipped), every env keeps the
-    world it stepped, and the observation is the final observation."""
-    params = craftax["params"]
-    _, (obs, new_state, _, terminated, truncated, info) = craftax["rollout"](
-        _keys(11), craftax["state"], _noop(), params)
-    assert not bool((terminated | truncated).any())
-    np.testing.assert_array_equal(np.asarray(obs), np.asarray(info["final_observation"]))
-    np.testing.assert_array_equal(np.asarray(info["reset_index"]), 0)
-    np.testing.assert_array_equal(np.asarray(new_state.timestep), [[1] * NUM_ENVS, [2] * NUM_ENVS])
-    np.testing.assert_array_equal(np.asarray(new_state.map[0]), np.asarray(craftax["state"].map))  # NOOP
-
-
 def test_time_limit_is_truncated_not_terminated(craftax):
     env, params = craftax["env"], craftax["params"]
     limited = params.replace(inner=params.inner.replace(max_timesteps=2))
@@ -252,25 +239,3 @@ def test_render_frame_and_the_cnn_on_pixels():
     variables = actor.init(jax.random.PRNGKey(0), obs[None])
     out = jax.jit(actor.apply)(variables, jnp.stack([obs, obs]))
     assert out["logits"].shape == (2, 17) and bool(jnp.isfinite(out["logits"]).all())
-
-
-def test_env_file_and_tuned_file_compose_to_craftax_baselines_ppo_settings():
-    """conf/env/craftax/Craftax-Classic-Symbolic-v1.yaml with conf/tuned/ppo_craftax/... : their ppo.py
-    defaults (argparse in Craftax_Baselines' ppo.py) at 64 envs; composing compiles nothing."""
-    from pathlib import Path
-
-    from hydra import compose, initialize_config_dir
-
-    from purejaxrl_opt.config import from_dictconfig
-
-    conf = Path(__file__).resolve().parents[1] / "conf"
-    with initialize_config_dir(config_dir=str(conf), version_base=None):
-        run = from_dictconfig(compose(config_name="config", overrides=[f"env=craftax/{NAME}"]))
-    assert run.env.id == f"craftax/{NAME}" and dict(run.env.params) == {}
-    algo, net = run.algo, run.network
-    assert (algo.num_envs, algo.num_steps, algo.update_epochs, algo.num_minibatches) == (64, 64, 4, 8)
-    assert (algo.lr, algo.gamma, algo.gae_lambda, algo.clip_eps) == (2e-4, 0.99, 0.8, 0.2)
-    assert (algo.ent_coef, algo.vf_coef, algo.max_grad_norm) == (0.01, 0.5, 1.0)
-    assert algo.anneal_lr and algo.clip_value and algo.normalize_advantages
-    assert tuple(net.hidden_sizes) == (512, 512, 512) and net.activation == "tanh"
-    assert run.eval_deterministic is False

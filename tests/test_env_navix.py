@@ -133,6 +133,7 @@ def test_bad_ids_and_options_are_config_errors():
         adapter.make("Navix-Empty-5x5-v0", {"max_steps_in_episode": 0})
 
 
+@pytest.mark.slow  # a big compile; the conv torso is checked against flax's conv in tests/test_conv.py
 def test_the_conv_torso_takes_the_symbolic_grid(empty5):
     from purejaxrl_opt.config import NetworkConfig
     from purejaxrl_opt.envs import EnvSpec

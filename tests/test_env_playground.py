@@ -173,6 +173,7 @@ def test_jit_vmap_scan(any_env):
 
 
 # --------------------------------------------------------------------------- truncation vs termination
+@pytest.mark.slow  # the contract suite drives playground/CartpoleBalance to its episode_length in the fast tier
 def test_playground_episode_to_its_limit_is_truncated_and_keeps_the_final_obs(cartpole):
     """A whole default-length (1000-step) CartpoleBalance episode run by hand: the last step is
     truncated, not terminated; its final observation is the raw env's after 1000 steps; the returned

@@ -241,6 +241,7 @@ def test_cli_refuses_a_bad_task_before_compiling(tmp_path):
     assert not (tmp_path / "summary.json").exists()
 
 
+@pytest.mark.slow  # a CLI compile; the task's validation and rewards are checked in the fast tier
 def test_user_task_trains_through_the_cli(tmp_path):
     """SFT then GRPO (with pass@k, periodic and final) on a task of a test module."""
     task = ["env=task", "env.id=tests.task_fixtures:Parity", "+env.params.num_bits=3",

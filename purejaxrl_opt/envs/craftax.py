@@ -127,7 +127,7 @@ class Craftax(Environment):
         """Step ``N`` envs with an optimistic reset: ``keys, action [N]``, ``state`` batched ``[N]``.
 
         Returns gymnax's 6-tuple batched, ``info["final_observation"]`` the pre-reset observation, and
-        ``info["reset_index"] [N]`` (int32): the pool world an env that ended received (0 for the others).
+        ``info["reset_index"] [N]`` (int32): the pool world an env that ended received.
 
         Every env ``i`` splits its key into ``(step_key_i, reset_key_i)`` exactly as gymnax's
         ``Environment.step`` does, and steps with ``step_key_i``. Then ``R = max(1, N // reset_ratio)``
@@ -146,13 +146,9 @@ class Craftax(Environment):
         their episodes are correlated. Craftax episodes last hundreds to thousands of steps, so with
         ``N = 64, R = 4`` a step rarely ends more than 4 episodes: a uniformly random policy's
         episodes last ~155 steps (measured: 0.41 ends per step at 64 envs), so more than 4 ends in
-        one step has probability ~6e-5 (Poisson), and a trained agent lives longer.
-
-        Cost: ``R`` world generations per step instead of ``N``, and on a step where no env ended
-        nothing at all: the worlds, their gather into ``N`` rows and the select over the whole state
-        sit in one ``lax.cond`` branch, so such a step costs what the library's own step costs.
-        Craftax_Baselines' wrapper generates its ``R`` worlds and selects on every step. Under
-        ``vmap`` over seeds the cond becomes a select and the branch always runs (as theirs).
+        one step has probability ~6e-5 (Poisson), and a trained agent lives longer. Cost: ``R`` world generations per step instead of
+        ``N``; when no env ended, none (``lax.cond``; under ``vmap`` over seeds the cond becomes a
+        select and the ``R`` worlds are always generated).
         """
         num_envs = keys.shape[0]
         num_resets = min(self.num_resets(num_envs), num_envs)
@@ -162,30 +158,26 @@ class Craftax(Environment):
             self.step_env, in_axes=(0, 0, 0, None))(step_keys, state, action, params)
         truncated = jax.vmap(self.is_truncated, in_axes=(0, None))(state_st, params)
         done = jnp.logical_or(terminated, truncated)
-        pool_keys = reset_keys[:num_resets]
+        reset = jax.vmap(self.reset_env, in_axes=(0, None))
+        if num_resets >= num_envs:
+            index = jnp.arange(num_envs, dtype=jnp.int32)
+            obs_re, state_re = reset(reset_keys, params)
+        else:
+            index = jnp.where(done, (jnp.cumsum(done) - 1) % num_resets, 0).astype(jnp.int32)
+            pool_keys = reset_keys[:num_resets]
+            empty = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
+                                 jax.eval_shape(reset, pool_keys, params))
+            obs_pool, state_pool = jax.lax.cond(jnp.any(done), lambda: reset(pool_keys, params),
+                                                lambda: empty)
+            obs_re = obs_pool[index]
+            state_re = jax.tree.map(lambda x: x[index], state_pool)
 
-        def _reset_ended():
-            obs_pool, state_pool = jax.vmap(self.reset_env, in_axes=(0, None))(pool_keys, params)
-            if num_resets >= num_envs:
-                index = jnp.arange(num_envs, dtype=jnp.int32)
-                obs_re, state_re = obs_pool, state_pool
-            else:
-                index = jnp.where(done, (jnp.cumsum(done) - 1) % num_resets, 0).astype(jnp.int32)
-                obs_re = obs_pool[index]
-                state_re = jax.tree.map(lambda x: x[index], state_pool)
+        def _select(reset_leaf, step_leaf):
+            cond = done.reshape(done.shape + (1,) * (step_leaf.ndim - 1))
+            return jnp.where(cond, reset_leaf, step_leaf)
 
-            def _select(reset_leaf, step_leaf):
-                cond = done.reshape(done.shape + (1,) * (step_leaf.ndim - 1))
-                return jnp.where(cond, reset_leaf, step_leaf)
-
-            return (_select(obs_re, obs_st), jax.tree.map(_select, state_re, state_st),
-                    jnp.where(done, index, 0))
-
-        # the worlds, their gather and the select over the whole state only on steps where an episode
-        # ended; on the others the stepped state passes through untouched
-        obs, state, index = jax.lax.cond(
-            jnp.any(done), _reset_ended,
-            lambda: (obs_st, state_st, jnp.zeros((num_envs,), jnp.int32)))
+        state = jax.tree.map(_select, state_re, state_st)
+        obs = _select(obs_re, obs_st)
         info = {**info, "terminated": terminated, "truncated": truncated, "final_observation": obs_st,
                 "reset_index": index}
         return obs, state, reward, terminated, truncated, info
