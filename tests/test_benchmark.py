@@ -33,6 +33,9 @@ def smoke_run(tmp_path_factory):
     return out, proc
 
 
+# a suite invocation through the CLI (two compiles, the bootstrap); the statistics and the suites'
+# validity are checked in the fast tier below
+@pytest.mark.slow
 def test_smoke_suite_writes_every_artifact(smoke_run):
     out, _ = smoke_run
     for name in ("table.md", "table.csv", "results.json", "learning_curves.png",
@@ -44,6 +47,7 @@ def test_smoke_suite_writes_every_artifact(smoke_run):
     assert not (out / "ppo_CartPole-v1" / "checkpoints").exists()  # checkpoint.final=false
 
 
+@pytest.mark.slow  # the smoke suite's invocation
 def test_smoke_table_statistics_are_those_of_the_per_seed_final_returns(smoke_run):
     out, _ = smoke_run
     rows = list(csv.DictReader((out / "table.csv").open()))
@@ -78,6 +82,7 @@ def test_smoke_table_statistics_are_those_of_the_per_seed_final_returns(smoke_ru
     assert "Probability of improvement" in table and "jax 0.9.2" in table
 
 
+@pytest.mark.slow  # the smoke suite's invocation
 def test_smoke_entries_run_the_configuration_the_training_cli_composes(smoke_run):
     """The entry's config is the one ``python -m purejaxrl_opt.train`` composes from the same
     overrides -- including conf/tuned/trpo_CartPole-v1.yaml (anneal_max_kl) and the suite's seeds."""
@@ -95,6 +100,7 @@ def test_smoke_entries_run_the_configuration_the_training_cli_composes(smoke_run
     assert saved["algo"]["anneal_max_kl"] is True and saved["seed"] == 1000
 
 
+@pytest.mark.slow  # a second suite invocation
 def test_rerun_reads_finished_entries_back_with_the_same_numbers(smoke_run):
     out, _ = smoke_run
     before = (out / "table.csv").read_text()

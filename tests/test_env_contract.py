@@ -59,9 +59,11 @@ CASES: tuple[Case, ...] = (
     Case("playground/CartpoleBalance", (("episode_length", 12),), steps=30),  # MJX; only truncations
     Case("brax/inverted_pendulum", (("episode_length", 40),), steps=40),  # brax: falls terminate
 )
-# compile-heavy cases run in the slow tier; the fast tier keeps one case per adapter module (brax goes
-# through the playground adapter; its termination is checked in tests/test_env_playground.py)
-SLOW_CASES = {"brax/inverted_pendulum"}
+# compile-heavy cases run in the slow tier; the fast tier keeps one case per adapter module but
+# Craftax's, whose death, time limit, final observation and pre-sampled reset are checked in the fast
+# tier by tests/test_env_craftax.py (brax goes through the playground adapter; its termination is
+# checked in tests/test_env_playground.py)
+SLOW_CASES = {"brax/inverted_pendulum", "craftax/Craftax-Classic-Symbolic-v1"}
 MASKED: tuple[Case, ...] = tuple(case for case in CASES if case.action_mask)
 
 

@@ -79,7 +79,8 @@ def test_ids_and_config_errors():
     assert env.keyed_reset and not env.action_mask
 
 
-@pytest.mark.slow  # the contract suite (test_env_contract.py) checks shapes and dtypes in the fast tier
+# the fast tier's Craftax contract checks (the contract suite runs Craftax in the slow tier): these
+# reuse the module's one compiled rollout
 def test_shapes_dtypes_against_spaces(craftax):
     env, params = craftax["env"], craftax["params"]
     obs_space, action_space = env.observation_space(params), env.action_space(params)
@@ -100,7 +101,6 @@ def test_shapes_dtypes_against_spaces(craftax):
     np.testing.assert_allclose(np.asarray(craftax["obs"][:, HEALTH_INDEX]), 0.9, atol=1e-3)
 
 
-@pytest.mark.slow  # the contract suite (test_env_contract.py) checks determinism in the fast tier
 def test_deterministic_under_the_same_key(craftax):
     params = craftax["params"]
     keys = jax.random.split(jax.random.PRNGKey(0), NUM_ENVS)

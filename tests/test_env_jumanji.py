@@ -125,7 +125,9 @@ def test_determinism_and_jit_vmap_scan(snake):
     # a death on the limit's step is both (gymnax's rule: terminated wins for the bootstrap)
 
 
-@pytest.mark.parametrize("name, options", [("Snake-v1", {"num_rows": 6, "num_cols": 6}), ("Maze-v0", {})])
+# Snake's and Game2048's masked sampling is checked in the fast tier by the contract suite
+@pytest.mark.parametrize("name, options", [pytest.param("Snake-v1", {"num_rows": 6, "num_cols": 6}, marks=pytest.mark.slow),
+                                           pytest.param("Maze-v0", {}, marks=pytest.mark.slow)])
 def test_the_masked_policy_never_samples_an_illegal_action(name, options):
     env, params = adapter.make(name, options)
     spec = EnvSpec(f"jumanji/{name}", tuple(env.observation_space(params).shape), True, env.num_actions,

@@ -91,6 +91,7 @@ def test_time_limit_is_a_truncation(empty5):
     assert out[5][0][1, 2, 0] == PLAYER  # the first action of the next episode acts
 
 
+@pytest.mark.slow  # the contract suite checks Navix's determinism under jit + vmap + scan in the fast tier
 def test_determinism_and_jit_vmap_scan():
     env, params = adapter.make("Navix-Empty-Random-5x5-v0", {})
     num_envs, num_steps = 8, 40

@@ -198,6 +198,9 @@ def test_playground_episode_to_its_limit_is_truncated_and_keeps_the_final_obs(ca
     assert not np.allclose(np.asarray(obs[-1]), np.asarray(final_obs[-1]))
 
 
+# a second MJX build and compile; the adapter's flags are checked on CartpoleBalance in the fast
+# tier
+@pytest.mark.slow
 def test_brax_termination_is_terminated_not_truncated(pendulum):
     """A constant push topples Brax's inverted pendulum: the library's done (|angle| > 0.2) is
     ``terminated``, not ``truncated``; the final observation shows the fallen pole, the next is a reset."""
@@ -213,6 +216,9 @@ def test_brax_termination_is_terminated_not_truncated(pendulum):
     assert int(time[t]) == 0 and int(time[t - 1]) == t
 
 
+# the fast tier checks its two halves: the contract suite's truncated CartpoleBalance episodes keep
+# their real final observation, and tests/test_math.py's GAE bootstraps a truncation from it
+@pytest.mark.slow
 def test_gae_bootstraps_a_truncated_playground_step_from_its_real_final_obs(cartpole):
     """rollout.collect + gae on CartpoleBalance with a 5-step limit: the advantage of the truncated
     step is ``r + gamma V(real last obs) - V(obs)``, the real last obs being the raw env's after the

@@ -269,7 +269,8 @@ def test_dapo_style_gspo_run_on_a_token_env_counts_every_sampled_step():
     assert np.all(metrics["kept_fraction"][ran] + 1e-6 >= np.minimum(1.0, 2 * metrics["spread_fraction"][ran]))
 
 
-@pytest.mark.parametrize("level", ["token", "sequence"])
+# token-level ratios are GRPO's default, trained in the fast tier by tests/test_grpo.py
+@pytest.mark.parametrize("level", [pytest.param("token", marks=pytest.mark.slow), "sequence"])
 def test_dynamic_sampling_and_gspo_on_a_gymnax_env(level):
     """Catch (every episode 9 steps): 2x oversampling rolls 2 x 2 groups x 2 episodes = 72 steps an
     update, all counted; the block path (token ratio) and the whole-episode path (GSPO's sequence

@@ -46,6 +46,8 @@ def _close(a, b, scale_tol=1e-4):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=scale_tol * max(1.0, np.abs(b).max()))
 
 
+# the patch convolution is checked against flax (lax.conv) in the fast tier (tests/test_conv.py)
+@pytest.mark.slow
 def test_conv_torso_patch_and_lax_agree_in_values_parameters_and_gradients():
     nets = {impl: NetworkConfig(hidden_sizes=(16,), cnn_channels=(4, 3), conv_impl=impl)
             for impl in ("patch", "lax")}
@@ -73,6 +75,9 @@ def test_conv_torso_patch_and_lax_agree_in_values_parameters_and_gradients():
     _close(critics["patch"].apply(value_params, obs), critics["lax"].apply(value_params, obs))
 
 
+# the fused cell's derivative is checked against autodiff in the fast tier
+# (tests/test_recurrent.py)
+@pytest.mark.slow
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_recurrent_fused_and_autodiff_agree_through_the_policy(cell):
     nets = {grad: NetworkConfig(hidden_sizes=(8,), recurrent=cell, recurrent_size=6, recurrent_grad=grad)

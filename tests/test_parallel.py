@@ -18,15 +18,15 @@ import pytest
 
 from purejaxrl_opt import parallel
 from purejaxrl_opt.config import ConfigError, PPOConfig
-from tests.conftest import small_run
+from tests.conftest import TEST_XLA_FLAGS, small_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_with_devices(code: str, devices: int = 4, timeout: int = 240) -> str:
+    # the suite's compile-time flags (tests/conftest.py): these programs compile far more than they run
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT),
-               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} "
-                         "--xla_backend_optimization_level=1")
+               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} " + " ".join(TEST_XLA_FLAGS))
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -109,19 +109,13 @@ CHECKS = {
         print("DATA_OK", float(np.nanmax(np.abs(np.asarray(one.metrics["value_loss"])
                                                  - np.asarray(four.metrics["value_loss"])))))
     """,
-    # execute() with parallel.data=2 on 4 devices (2 lane shards x 2); bad layouts are ConfigErrors
-    # raised before compiling
-    "runner": """
+    # the layout rules and the layout errors, raised before compiling (no training here)
+    "layouts": """
         import tempfile
-        import numpy as np
         from purejaxrl_opt import parallel, runner
         from purejaxrl_opt.config import ConfigError, PPOConfig
         from tests.conftest import small_run
-        ppo = PPOConfig(num_envs=4, num_steps=32, num_minibatches=2, update_epochs=2)
-        run = small_run(ppo, num_seeds=2, total_timesteps=4 * 32 * 3, eval_episodes=2)
-        result = runner.execute(run, tempfile.mkdtemp(), parallel=parallel.ParallelSettings("auto", 2))
-        assert result.summary["parallel"] == {"devices": 4, "lane_shards": 2, "data": 2}
-        assert np.isfinite(result.loop.metrics["value_loss"]).all()
+        run = small_run(PPOConfig(num_envs=4, num_steps=32, num_minibatches=2, update_epochs=2), num_seeds=2)
         # auto: the largest number of equal lane blocks that fits the devices (per data group)
         for lanes, data, shards in [(1, 1, 1), (2, 1, 2), (3, 1, 3), (4, 1, 4), (6, 1, 3), (8, 1, 4),
                                     (7, 1, 1), (3, 2, 1), (4, 2, 2), (6, 2, 2)]:
@@ -141,15 +135,28 @@ CHECKS = {
                 raise AssertionError(f"no error for {settings}")
         pass
     """,
+    # execute() with parallel.data=2 on 4 devices (2 lane shards x 2)
+    "runner": """
+        import tempfile
+        import numpy as np
+        from purejaxrl_opt import parallel, runner
+        from purejaxrl_opt.config import ConfigError, PPOConfig
+        from tests.conftest import small_run
+        ppo = PPOConfig(num_envs=4, num_steps=32, num_minibatches=2, update_epochs=2)
+        run = small_run(ppo, num_seeds=2, total_timesteps=4 * 32 * 3, eval_episodes=2)
+        result = runner.execute(run, tempfile.mkdtemp(), parallel=parallel.ParallelSettings("auto", 2))
+        assert result.summary["parallel"] == {"devices": 4, "lane_shards": 2, "data": 2}
+        assert np.isfinite(result.loop.metrics["value_loss"]).all()
+        pass
+    """,
 }
 
 
-@pytest.fixture(scope="module")
-def four_devices():
-    """Every 4-device check in one subprocess (one interpreter and JAX start instead of one per
+def _run_checks(names: list[str]) -> str:
+    """The named 4-device checks in one subprocess (one interpreter and JAX start instead of one per
     test); each check's outcome (OK or its traceback) is printed under its name."""
-    functions = "".join(f"\ndef check_{name}():\n" + textwrap.indent(textwrap.dedent(code), "    ")
-                        for name, code in CHECKS.items())
+    functions = "".join(f"\ndef check_{name}():\n" + textwrap.indent(textwrap.dedent(CHECKS[name]), "    ")
+                        for name in names)
     driver = textwrap.dedent("""
         import traceback
         for name in %r:
@@ -158,8 +165,20 @@ def four_devices():
                 print(f"CHECK {name} OK", flush=True)
             except Exception:
                 print(f"CHECK {name} FAILED\\n{traceback.format_exc()}END {name}", flush=True)
-    """) % (list(CHECKS),)
+    """) % (names,)
     return run_with_devices(DATA_PARALLEL_PRELUDE + functions + driver, timeout=560)
+
+
+@pytest.fixture(scope="module")
+def four_devices():
+    """Lane sharding over 4 devices (the fast tier's multi-device check)."""
+    return _run_checks(["lanes", "layouts"])
+
+
+@pytest.fixture(scope="module")
+def four_devices_data():
+    """Data parallelism over 4 devices: two more programs per check, so the slow tier."""
+    return _run_checks(["data_ppo", "runner"])
 
 
 def _check(output: str, name: str) -> None:
@@ -172,12 +191,18 @@ def test_lane_sharding_gives_the_per_lane_results(four_devices):
     _check(four_devices, "lanes")
 
 
-def test_data_parallel_ppo_matches_one_device_on_the_same_batch(four_devices):
-    _check(four_devices, "data_ppo")
+def test_device_layouts_and_their_errors_before_compiling(four_devices):
+    _check(four_devices, "layouts")
 
 
-def test_data_parallel_through_the_runner_and_layout_errors(four_devices):
-    _check(four_devices, "runner")
+@pytest.mark.slow  # two compiles over 4 devices; the layouts are checked in the fast tier above
+def test_data_parallel_ppo_matches_one_device_on_the_same_batch(four_devices_data):
+    _check(four_devices_data, "data_ppo")
+
+
+@pytest.mark.slow
+def test_data_parallel_through_the_runner_and_layout_errors(four_devices_data):
+    _check(four_devices_data, "runner")
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from purejaxrl_opt import algos, sweep
 from purejaxrl_opt.config import PPOConfig
@@ -35,6 +36,9 @@ def test_vmapped_seeds_differ(cartpole_ppo_result):
     assert not np.allclose(curves[0], curves[1])
 
 
+# the chunked runner is checked bitwise against the uninterrupted run in the fast tier
+# (tests/test_workflow.py's kill and resume)
+@pytest.mark.slow
 def test_runner_trains_what_a_single_jit_train_trains(cartpole_ppo_result):
     """The runner (init, updates and evaluation compiled as three functions) trains the agents of
     ``jax.jit(jax.vmap(train))``. Two different XLA programs: fusion may reassociate float sums
@@ -102,6 +106,9 @@ def test_continuous_actions_with_obs_norm_run_and_stay_finite():
     assert "log_std" in state.params["actor"]["params"]
 
 
+# the conv torso is checked against flax in tests/test_conv.py, image observations in the contract
+# suite (MinAtar)
+@pytest.mark.slow
 def test_image_observations_use_a_conv_torso():
     run = small_run(PPOConfig(num_envs=2, num_steps=16, num_minibatches=2), env_id="Breakout-MinAtar",
                     total_timesteps=64, eval_episodes=1)
@@ -112,6 +119,7 @@ def test_image_observations_use_a_conv_torso():
     assert np.isfinite(float(metrics["policy_loss"]))
 
 
+@pytest.mark.slow  # two more compiles of the run
 def test_periodic_evaluation_every_n_updates_changes_no_training_number():
     """``eval_every=2``: ``eval_return`` on every 2nd update (NaN otherwise), the rest bitwise as
     without it; the last periodic evaluation plays the final policy like the final evaluation."""

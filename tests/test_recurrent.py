@@ -100,7 +100,8 @@ def test_fused_init_draws_each_gate_block_like_flax():
     assert np.all(np.asarray(params["params"]["recurrent_bias"]) == 0)
 
 
-@pytest.mark.parametrize("cell", ["gru", "lstm"])
+# the LSTM's fused derivative in the slow tier (its cell against flax's is in the fast tier above)
+@pytest.mark.parametrize("cell", ["gru", pytest.param("lstm", marks=pytest.mark.slow)])
 def test_scanned_sequence_and_its_derivatives_equal_plain_autodiff_of_the_steps(cell):
     """policies.scan_cell (a custom JVP, for speed) against scanning RecurrentCell.__call__ with
     JAX's own derivatives: outputs, gradients and forward-mode tangents, with resets inside."""
@@ -234,8 +235,12 @@ def test_critic_bootstraps_within_an_episode_from_the_next_value(experience):
 
 
 # --------------------------------------------------------------------------- TRPO
-@pytest.mark.parametrize("discrete", [True, False], ids=["categorical", "gaussian"])
-@pytest.mark.parametrize("mode", ng.FVP_MODES)
+# each mode and each head in the fast tier; the other two pairs in the slow tier
+@pytest.mark.parametrize("mode, discrete", [
+    pytest.param("gauss_newton", False, id="gauss_newton-gaussian"),
+    pytest.param("hessian", True, id="hessian-categorical"),
+    pytest.param("gauss_newton", True, id="gauss_newton-categorical", marks=pytest.mark.slow),
+    pytest.param("hessian", False, id="hessian-gaussian", marks=pytest.mark.slow)])
 def test_fvp_through_a_gru_matches_explicit_hessian_of_mean_kl(discrete, mode):
     spec = EnvSpec("tiny", (3,), discrete, 2, None, None, 0)
     policy = make_policy(spec, NetworkConfig(hidden_sizes=(4,), recurrent="gru", recurrent_size=3))
@@ -258,6 +263,9 @@ def test_fvp_through_a_gru_matches_explicit_hessian_of_mean_kl(discrete, mode):
     np.testing.assert_allclose(columns, fisher, atol=1e-5 * scale)
 
 
+# TRPO's trust region is checked on the feed-forward policy in the fast tier, the Fisher product
+# through a GRU below
+@pytest.mark.slow
 def test_trpo_recurrent_update_runs_and_keeps_the_trust_region():
     run = _run(TRPOConfig(num_envs=4, num_steps=32, critic_minibatches=2, fvp_subsample=0.5),
                total_timesteps=4 * 32 * 3, eval_episodes=2)
@@ -327,6 +335,9 @@ def test_recurrent_config_is_checked_before_compiling():
                          "env": {"id": "CartPole-v1"}, "network": {"recurrent": "lstm"}})
 
 
+# resume and sweeps are checked bitwise on the feed-forward PPO in the fast tier
+# (tests/test_workflow.py)
+@pytest.mark.slow
 # --------------------------------------------------------------------------- resume and sweeps
 def test_resume_and_in_compile_sweep_with_a_recurrent_state(tmp_path):
     from purejaxrl_opt import checkpoint, runner, sweep

@@ -90,7 +90,8 @@ def test_the_stage_feeds_gae_the_scaled_rewards_and_carries_each_envs_return():
 
 
 @pytest.mark.parametrize("algo", [PPOConfig(num_envs=4, num_steps=32, num_minibatches=2, update_epochs=1),
-                                  TRPOConfig(num_envs=4, num_steps=32)], ids=["ppo", "trpo"])
+                                  pytest.param(TRPOConfig(num_envs=4, num_steps=32), marks=pytest.mark.slow)],
+                         ids=["ppo", "trpo"])  # the statistics stage is shared: TRPO's case in the slow tier
 def test_updates_merge_every_step_into_the_statistics(algo):
     alg = make_algorithm(_run(algo))
     hparams = alg.default_hparams()

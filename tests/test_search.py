@@ -165,31 +165,39 @@ def test_bad_search_key_fails_before_any_job(tmp_path):
 # --------------------------------------------------------------------------- end to end
 @pytest.fixture(scope="module")
 def searches(tmp_path_factory):
-    """The same random suggestions (sampler seed 0), searched batched (3 trials, 2 + 1 per job: 2
-    compiles) and unbatched (the first 2 trials, 2 jobs side by side on the joblib launcher)."""
+    """A search of 3 random suggestions (sampler seed 0), batched: 2 + 1 per job, 2 compiles."""
     out = tmp_path_factory.mktemp("search")
     batched = cli("-m", *TINY, *SEARCH, "sweep.batch=2", f"hydra.sweep.dir={out / 'batched'}")
     assert batched.returncode == 0, batched.stderr[-3000:]
-    separate = cli("-m", *TINY, *SEARCH[:-1], "hydra.sweeper.n_trials=2", "hydra/launcher=parallel",
-                   "hydra.sweeper.n_jobs=2", f"hydra.sweep.dir={out / 'separate'}")
-    assert separate.returncode == 0, separate.stderr[-3000:]
     return out
+
+
+@pytest.fixture(scope="module")
+def separate_searches(searches):
+    """The first 2 of the same suggestions unbatched: 2 jobs side by side on the joblib launcher (two
+    more processes and compiles, so the slow tier)."""
+    separate = cli("-m", *TINY, *SEARCH[:-1], "hydra.sweeper.n_trials=2", "hydra/launcher=parallel",
+                   "hydra.sweeper.n_jobs=2", f"hydra.sweep.dir={searches / 'separate'}")
+    assert separate.returncode == 0, separate.stderr[-3000:]
+    return searches
 
 
 def results(path: Path) -> dict:
     return yaml.safe_load((path / "optimization_results.yaml").read_text())
 
 
-def test_search_writes_optimization_results(searches):
-    for kind, jobs, trials in (("batched", 2, 3), ("separate", 2, 2)):
-        found = results(searches / kind)
-        assert found["jobs"] == jobs and found["batch"] == (2 if kind == "batched" else 1)
-        assert [t["number"] for t in found["trials"]] == list(range(trials))
-        values = [t["value"] for t in found["trials"]]
-        assert found["best_value"] == max(values)
-        assert found["best_params"] == found["trials"][int(np.argmax(values))]["params"]
-        assert found["sampler"] == "RandomSampler" and found["objective"] == "mean"
-        assert len(list((searches / kind).glob("*/summary.json"))) == jobs
+@pytest.mark.parametrize("kind, jobs, trials", [
+    ("batched", 2, 3), pytest.param("separate", 2, 2, marks=pytest.mark.slow)])
+def test_search_writes_optimization_results(request, kind, jobs, trials):
+    searches = request.getfixturevalue("separate_searches" if kind == "separate" else "searches")
+    found = results(searches / kind)
+    assert found["jobs"] == jobs and found["batch"] == (2 if kind == "batched" else 1)
+    assert [t["number"] for t in found["trials"]] == list(range(trials))
+    values = [t["value"] for t in found["trials"]]
+    assert found["best_value"] == max(values)
+    assert found["best_params"] == found["trials"][int(np.argmax(values))]["params"]
+    assert found["sampler"] == "RandomSampler" and found["objective"] == "mean"
+    assert len(list((searches / kind).glob("*/summary.json"))) == jobs
 
 
 def test_each_trial_is_told_its_own_lanes_objective(searches):
@@ -216,13 +224,15 @@ def lane_rows(job: Path, seed: int, values: dict | None = None) -> list[dict]:
     return sorted(rows, key=lambda r: int(r["update"]))
 
 
-def test_a_batched_trial_matches_its_config_run_alone(searches):
+@pytest.mark.slow  # the unbatched search's two jobs
+def test_a_batched_trial_matches_its_config_run_alone(separate_searches):
     """The same suggestions (a seeded random sampler does not depend on the batching) run alone, one
     job each: a batched trial's lanes train the same agents. The batched job is another program
     (2 configs x 2 seeds vs 2 lanes, traced hyperparameters either way), so XLA does not promise the
     same floats; like tests/test_workflow.py the first updates are compared with a tolerance. (Here,
     at -O0, the final returns came out bitwise equal too; in experiments/results/search_bench/, 8
     configs at the CLI's -O1 over 39 updates, 4 of 8 trials ended elsewhere.)"""
+    searches = separate_searches
     batched, separate = results(searches / "batched"), results(searches / "separate")
     assert [t["params"] for t in batched["trials"][:2]] == [t["params"] for t in separate["trials"]]
     assert len({t["value"] for t in batched["trials"]}) > 1  # distinct returns: a mix-up would show

@@ -95,7 +95,7 @@ def test_arithmetic_prompts_match_answers_and_split(env_id, op, order):
     assert env.num_prompts == 90 * 90
     for split in (0, 1):
         keys = jax.random.split(jax.random.PRNGKey(split), 256)
-        obs, state = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(keys, params.replace(split=split))
+        obs, state = jax.device_get(jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(keys, params.replace(split=split)))
         assert (env.is_test_prompt(obs) == bool(split)).all()
         for i in range(0, 256, 17):
             a, b = map(int, te.decode(obs[i], env.vocab)[:-1].split(op))
@@ -107,8 +107,8 @@ def test_lsd_answers_keep_the_prompts_and_their_split():
     """answer_order changes only the answer: the same prompts, so the same held-out split."""
     keys = jax.random.split(jax.random.PRNGKey(3), 64)
     (env, params), (lsd, lsd_params) = te.make("Multiply-v0", {}), te.make("Multiply-v0", {"answer_order": "lsd"})
-    obs, _ = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
-    obs_lsd, _ = jax.vmap(lsd.reset, in_axes=(0, None))(keys, lsd_params)
+    obs, _ = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(keys, params)
+    obs_lsd, _ = jax.jit(jax.vmap(lsd.reset, in_axes=(0, None)))(keys, lsd_params)
     np.testing.assert_array_equal(np.asarray(obs), np.asarray(obs_lsd))
 
 
@@ -120,7 +120,7 @@ def _work(a: int, b: int, order: str, digits: int = 2) -> str:
     return "+".join(flip(p) for p in parts) + "=" + flip(str(a * b)) + "$"
 
 
-@pytest.mark.parametrize("order", ["lsd", "msd"])
+@pytest.mark.parametrize("order", ["lsd", pytest.param("msd", marks=pytest.mark.slow)])  # one order, fast
 def test_multiply_scratchpad_answers_match_the_hand_written_work(order):
     """scratchpad=true: the reference is the partial products, then the product; the prompts (and so
     the split) are those of the plain task; the reference scores 1 on every reward; only the product
@@ -130,7 +130,7 @@ def test_multiply_scratchpad_answers_match_the_hand_written_work(order):
     plain, plain_params = te.make("Multiply-v0", {"answer_order": order, "min_digits": 1})
     assert env.answer_limit == 3 + 1 + 4 + 1 + 4 + 1  # two partial products, the product, <eos>
     keys = jax.random.split(jax.random.PRNGKey(7), 128)
-    obs, state = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(keys, params)
+    obs, state = jax.device_get(jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(keys, params))
     plain_obs, _ = jax.jit(jax.vmap(plain.reset, in_axes=(0, None)))(keys, plain_params)
     prompt_len = env.max_prompt_len  # the token buffers differ in length (answer limits 14 and 5)
     np.testing.assert_array_equal(np.asarray(obs)[:, :prompt_len], np.asarray(plain_obs)[:, :prompt_len])

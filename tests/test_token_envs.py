@@ -14,17 +14,28 @@ from purejaxrl_opt.config import ConfigError
 
 def _batched_reset(env, params, n, seed=0):
     keys = jax.random.split(jax.random.PRNGKey(seed), n)
-    return jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(keys, params)
+    # on the host: the tests index single prompts in Python loops (a device array would dispatch a
+    # gather per index)
+    return jax.device_get(jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(keys, params))
+
+
+_STEPS: dict = {}  # id(env) -> (env, jit(env.step)): the env is held, so its id is not reused
+
+
+def _jitted_step(env):
+    if id(env) not in _STEPS:
+        _STEPS[id(env)] = (env, jax.jit(env.step))
+    return _STEPS[id(env)][1]
 
 
 def _play(env, params, state, tokens, seed=0):
     """Emit ``tokens`` one per step through gymnax ``step`` (auto-reset); returns the per-step outputs."""
     key = jax.random.PRNGKey(seed)
     out = []
+    step = _jitted_step(env)  # one compile per env, not one dispatch per primitive per token
     for t in tokens:
         key, sub = jax.random.split(key)
-        obs, state, reward, term, trunc, info = env.step(sub, state, jnp.int32(te.action_of_token(t)),
-                                                         params)
+        obs, state, reward, term, trunc, info = step(sub, state, jnp.int32(te.action_of_token(t)), params)
         format_term = info["reward_terms"][env.reward_names.index("format")]
         out.append((float(reward), bool(term), bool(trunc), bool(info["correct"]), bool(format_term)))
     return out

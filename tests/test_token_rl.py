@@ -187,9 +187,10 @@ def test_grpo_lifts_held_out_products_when_the_work_is_written(tmp_path):
     assert np.all(gains > 0.08), (start["eval_accuracy"], gains)
 
 
-# GRPO's periodic evaluation on a token task runs in the fast tier through the CLI
-# (tests/test_tasks.py::test_user_task_trains_through_the_cli); here it is the slow tier's
-@pytest.mark.parametrize("algo_name", [pytest.param("grpo", marks=pytest.mark.slow), "ppo"])
+# a long compile per algorithm (SFT start, periodic held-out evaluation): the slow tier; token GRPO
+# trains in the fast tier in tests/test_grpo_options.py
+@pytest.mark.slow
+@pytest.mark.parametrize("algo_name", ["grpo", "ppo"])
 def test_rl_from_the_sft_start_evaluates_held_out_prompts_periodically(sft_run, algo_name, tmp_path):
     """A short RL run from the SFT checkpoint: the periodic held-out evaluation (every 5th update,
     NaN in between), the final held-out accuracy in the summary, example answers in the run dir."""
@@ -212,6 +213,9 @@ def test_rl_from_the_sft_start_evaluates_held_out_prompts_periodically(sft_run, 
     assert len(examples) > 10 and "=" in examples[1] and ("[correct]" in examples[1] or "[wrong]" in examples[1])
 
 
+# token GRPO's budget over real steps runs in the fast tier (tests/test_grpo_options.py); the
+# budget rule is one function for every algorithm
+@pytest.mark.slow
 def test_token_ppo_budget_counts_real_answer_tokens():
     """total_timesteps counts answer tokens (unmasked steps), not num_envs x num_steps: answers that
     end with <eos> before the limit leave room for more updates; a lane stops within one update

@@ -181,6 +181,9 @@ def test_decode_in_scan_matches_full(setup):
     np.testing.assert_allclose(outs, full[:, p0 - 1:p0 - 1 + steps], atol=1e-5, rtol=0)
 
 
+# the transformer policy is jitted, vmapped and differentiated in the fast tier by the token RL
+# tests
+@pytest.mark.slow
 def test_jit_vmap_and_grad():
     model = _model()
     keys = jax.random.split(jax.random.PRNGKey(7), 2)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 import purejaxrl_opt.train  # noqa: F401 - XLA flags of the CLI, set before JAX starts
 from purejaxrl_opt import checkpoint, evaluate, report, sweep
@@ -250,6 +251,8 @@ def test_wandb_offline_run_holds_config_history_summary_and_plot(sweep_run):
     assert list(runs[0].glob("files/media/images/learning_curve*.png"))
 
 
+# evaluate's GIF is written in the fast tier by test_evaluate_gif_goes_to_the_same_wandb_run
+@pytest.mark.slow
 def test_gif_of_one_episode(sweep_run, tmp_path):
     pytest.importorskip("pygame", reason="classic-control rendering needs pygame")
     from purejaxrl_opt import algos
@@ -310,6 +313,7 @@ def killed_and_resumed(tmp_path_factory, cli_env):
     base = tmp_path_factory.mktemp("kill")
     reference = cli(KILL + ["progress.mode=off", f"hydra.run.dir={base / 'reference'}"], cli_env)
     assert reference.returncode == 0, reference.stderr[-3000:]
+    (base / "reference.log").write_text(reference.stdout)
 
     run_dir = base / "run"
     # logged to W&B offline (into the run dir) as it trains: the rows must survive the kill
@@ -344,6 +348,31 @@ def killed_and_resumed(tmp_path_factory, cli_env):
     resumed = cli(args + [f"resume={run_dir}", f"hydra.run.dir={base / 'resume_invocation'}"], cli_env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     return base / "reference", run_dir, steps_at_kill, resumed.stdout, logged_at_kill
+
+
+def test_a_cli_run_writes_its_artifacts(killed_and_resumed):
+    """The uninterrupted CLI run: summary.json's fields, one metrics.csv row per lane and update, the
+    resolved config in .hydra, and the console's compile and final lines."""
+    out = killed_and_resumed[0]
+    summary = json.loads((out / "summary.json").read_text())
+    required = ["algo", "env", "seed", "num_seeds", "total_timesteps", "env_steps", "final_return_mean",
+                "final_return_std", "final_return_per_seed", "compile_seconds", "run_seconds",
+                "env_steps_per_second", "num_params"]
+    assert all(k in summary for k in required), set(required) - set(summary)
+    assert (summary["algo"], summary["env"], summary["seed"], summary["num_seeds"]) == ("ppo", "CartPole-v1", 0, 2)
+    assert summary["env_steps"] == 51200 and len(summary["final_return_per_seed"]) == 2
+    # actor 4-64-64-2 + critic 4-64-64-1
+    assert summary["num_params"] == (4 * 64 + 64 + 64 * 64 + 64 + 64 * 2 + 2) + (
+        4 * 64 + 64 + 64 * 64 + 64 + 64 + 1)
+    rows = list(csv.DictReader((out / "metrics.csv").open()))
+    resolved = yaml.safe_load((out / ".hydra" / "config.yaml").read_text())
+    batch = resolved["algo"]["num_envs"] * resolved["algo"]["num_steps"]
+    assert len(rows) == 2 * 51200 // batch and {r["seed"] for r in rows} == {"0", "1"}
+    for column in ("update", "env_steps", "return_mean", "approx_kl", "clip_frac", "entropy",
+                   "value_loss", "policy_loss"):
+        assert column in rows[0]
+    stdout = (out.parent / "reference.log").read_text()
+    assert "compiled in" in stdout and "final return" in stdout
 
 
 def test_killed_and_resumed_run_is_bitwise_the_uninterrupted_run(killed_and_resumed):
@@ -573,6 +602,9 @@ def basic_multirun(tmp_path_factory, cli_env):
     return sweep_dir
 
 
+# a Hydra multirun through the CLI; the search sweeper's multirun runs in the fast tier
+# (tests/test_search.py)
+@pytest.mark.slow
 def test_multirun_basic_launcher_writes_each_job(basic_multirun):
     jobs = sorted(p.parent.name for p in basic_multirun.rglob("summary.json"))
     assert jobs == ["0_ppo_CartPole-v1_s0", "1_ppo_CartPole-v1_s1"]
@@ -581,6 +613,7 @@ def test_multirun_basic_launcher_writes_each_job(basic_multirun):
         assert (basic_multirun / job / ".hydra" / "config.yaml").exists()
 
 
+@pytest.mark.slow  # the multirun above
 def test_report_pools_the_seeds_of_a_sweep(basic_multirun, sweep_run, tmp_path):
     paths = report.write_report(basic_multirun, tmp_path / "multi")
     with open(paths["csv"], newline="") as handle:
