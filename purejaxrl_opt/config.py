@@ -524,6 +524,14 @@ class LoggerConfig:
     dir: str | None = None
     name: str | None = None
     offline_fallback: bool = False
+    # W&B's system metrics (CPU/GPU/memory sampled every 15 s) and its copy of the console: off by
+    # default, they cost CPU time beside the training (experiments/bench_logging.py)
+    system_stats: bool = False
+    capture_console: bool = False
+    # log every n-th update's row to W&B (and the run's last): 0 = auto, ceil(updates / 1000) (W&B's
+    # charts show at most ~1500 points a line; each row costs the W&B client CPU time). metrics.csv
+    # keeps every update.
+    every_updates: int = 0
 
     KINDS: ClassVar[tuple[str, ...]] = ("none", "console", "wandb")
     WANDB_MODES: ClassVar[tuple[str, ...]] = ("online", "offline", "disabled")
@@ -531,6 +539,8 @@ class LoggerConfig:
     def validate(self, prefix: str = "logger") -> None:
         one_of(f"{prefix}.kind", self.kind, self.KINDS)
         one_of(f"{prefix}.mode", self.mode, self.WANDB_MODES)
+        _check(isinstance(self.every_updates, int) and self.every_updates >= 0, f"{prefix}.every_updates",
+               self.every_updates, "an int >= 0 (0 = auto: ceil(updates / 1000))")
 
 
 @dataclass(frozen=True)

@@ -237,10 +237,12 @@ class WandB(Sink):
     MODES = ("online", "offline", "disabled")
     STATE_FILE = "wandb_run.json"
     FLUSH_SECONDS = 0.25  # W&B's x_transaction_log_flush_interval: rows on disk within this
+    MAX_AUTO_ROWS = 1000  # logger.every_updates=0: about this many rows a run
 
     def __init__(self, project: str = "purejaxrl_opt", entity: str | None = None, mode: str = "offline",
                  group: str | None = None, tags: list[str] | None = None, dir: str | None = None,
-                 name: str | None = None, offline_fallback: bool = False):
+                 name: str | None = None, offline_fallback: bool = False, system_stats: bool = False,
+                 capture_console: bool = False, every_updates: int = 0):
         if mode not in self.MODES:
             raise ConfigError(f"config key 'logger.mode' = {mode!r} is invalid: must be one of "
                               f"{list(self.MODES)}")
@@ -255,6 +257,8 @@ class WandB(Sink):
             mode = "offline"
         self.kwargs = dict(project=project, entity=entity, mode=mode, group=group, tags=tags,
                            dir=dir, name=name)
+        self.system_stats, self.capture_console = system_stats, capture_console
+        self.every_updates = every_updates
         self.wandb_run = None
         self._worker: _Background | None = None
 
@@ -282,6 +286,9 @@ class WandB(Sink):
             kwargs["id"] = _new_run_id()
             self.next_update = 0
         self.run_id = kwargs["id"]
+        # rows of updates u with (u + 1) % stride == 0, and the last: the same set whether or not
+        # the run was resumed
+        self.stride = self.every_updates or max(1, -(-int(algo.num_updates) // self.MAX_AUTO_ROWS))
         # where the run lives, for the processes that add to it later (resume, evaluate --gif)
         self.state = {"id": self.run_id, "logged_through": self.next_update - 1,
                       "project": kwargs.get("project"), "entity": kwargs.get("entity"),
@@ -298,7 +305,7 @@ class WandB(Sink):
     def _init(self, config: dict, kwargs: dict) -> None:  # on the worker thread
         import wandb
 
-        settings = wandb.Settings(x_transaction_log_flush_interval=self.FLUSH_SECONDS)
+        settings = _settings(wandb, self.system_stats, self.capture_console)
         self.wandb_run = wandb.init(config=config, settings=settings, **kwargs)
         self.wandb_run.define_metric("env_steps")
         self.wandb_run.define_metric("*", step_metric="env_steps")
@@ -326,19 +333,21 @@ class WandB(Sink):
         first = self.next_update
         if upto <= first:
             return
-        columns = {name: np.array(values[:, first:upto]) for name, values in metrics.items()}
+        last = metrics["env_steps"].shape[1] - 1
+        keep = [u for u in range(first, upto) if (u + 1) % self.stride == 0 or u == last]
+        columns = {name: np.array(values[:, keep]) for name, values in metrics.items()}
         self.next_update = upto
-        self._worker.submit(lambda: self._log_columns(columns, first, upto))
+        self._worker.submit(lambda: self._log_columns(columns, keep, upto))
 
-    def _log_columns(self, columns: dict, first: int, upto: int) -> None:  # on the worker thread
-        for update, row in zip(range(first, upto), self._rows(columns, first)):
+    def _log_columns(self, columns: dict, updates: list[int], upto: int) -> None:  # on the worker thread
+        for update, row in zip(updates, self._rows(columns, updates)):
             if row is not None:  # None: no lane ran this update (GRPO: every budget spent before)
                 self.wandb_run.log(row, step=update, commit=True)  # sent now, not held back
         self.state["logged_through"] = upto - 1
         self._write_state()
 
-    def _rows(self, columns: dict, first: int) -> list:
-        """One W&B row per column (update ``first + i``) of ``columns`` (``name -> [lanes, updates]``;
+    def _rows(self, columns: dict, updates: list[int]) -> list:
+        """One W&B row per column (update ``updates[i]``) of ``columns`` (``name -> [lanes, updates]``;
         None where no lane ran it): the lanes' finite values and, per group, the mean and std over
         its lanes' finite values. The means and stds are computed for every update at once and the
         rows filled from Python lists: well under a microsecond per value, where a numpy call per
@@ -350,8 +359,8 @@ class WandB(Sink):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns, skipped below
             mean_steps = np.nanmean(env_steps, axis=0)
-        rows = [{"update": first + i, "env_steps": step} if ok else None
-                for i, (ok, step) in enumerate(zip(ran.tolist(), mean_steps.tolist()))]
+        rows = [{"update": update, "env_steps": step} if ok else None
+                for update, ok, step in zip(updates, ran.tolist(), mean_steps.tolist())]
         labels = [(lane.index, f"{lane.label}/") for lane in self.lanes]
         for name, values in columns.items():
             if name == "env_steps":
@@ -432,7 +441,7 @@ def log_to_run(run_dir, media: dict | None = None, summary: dict | None = None) 
               if state.get(k) is not None}
     if "dir" in kwargs:
         Path(kwargs["dir"]).mkdir(parents=True, exist_ok=True)
-    settings = wandb.Settings(x_transaction_log_flush_interval=WandB.FLUSH_SECONDS)
+    settings = _settings(wandb, system_stats=False, capture_console=False)  # a few seconds of upload
     wandb_run = wandb.init(id=state["id"], resume="allow", settings=settings, **kwargs)
     try:
         if media:
@@ -530,6 +539,16 @@ def _has_wandb_credentials() -> bool:
         return bool(wandb.api.api_key)
     except Exception:  # noqa: BLE001 - any failure to find a key means no key
         return False
+
+
+def _settings(wandb, system_stats: bool, capture_console: bool):
+    """W&B's settings for a run of this project: rows flushed to disk within ``WandB.FLUSH_SECONDS``
+    (a killed run keeps them); W&B's system-metrics sampler and its console capture only when asked
+    for (``logger.system_stats``, ``logger.capture_console``): both run beside the training and, on a
+    machine with few cores, take CPU time from it."""
+    return wandb.Settings(x_transaction_log_flush_interval=WandB.FLUSH_SECONDS,
+                          x_disable_stats=not system_stats,
+                          console="auto" if capture_console else "off")
 
 
 def make_loggers(cfg: LoggerConfig | dict | None, progress: str) -> list[Sink]:

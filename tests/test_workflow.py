@@ -249,6 +249,58 @@ def test_wandb_offline_run_holds_config_history_summary_and_plot(sweep_run):
     assert len(images) == 1 and (runs[0] / "files" / images[0]["learning_curve/path"]).exists()
     assert float(summary["final_return_mean"]) == pytest.approx(result.summary["final_return_mean"])
     assert list(runs[0].glob("files/media/images/learning_curve*.png"))
+    # by default W&B neither copies the console (the run printed progress lines) nor samples the system
+    assert not (runs[0] / "files" / "output.log").exists()
+    assert not any(record.WhichOneof("record_type") == "stats" for record in records)
+
+
+def test_wandb_logs_every_nth_update_and_the_last(tmp_path, monkeypatch):
+    """``logger.every_updates=3``: the rows of updates 2, 5, 8 and the last (9) reach W&B, each with
+    its own values; 0 (auto) logs every update of a run under 1000 updates (the sink is driven with
+    a run's metrics directly: no training)."""
+    from purejaxrl_opt import algos, loggers
+    from purejaxrl_opt.config import PPOConfig
+    from tests.conftest import small_run
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    run = small_run(PPOConfig(num_envs=4, num_steps=16), num_seeds=2, total_timesteps=4 * 16 * 10)
+    algo = algos.make_algorithm(run)
+    assert algo.num_updates == 10
+    metrics = {"env_steps": np.tile(np.arange(1, 11, dtype=np.float64) * 64, (2, 1)),
+               "return_mean": np.arange(20, dtype=np.float64).reshape(2, 10)}
+    summary = {"final_return_mean": 1.0, "final_return_per_seed": [1.0, 1.0]}
+    for every, expected in ((3, [2, 5, 8, 9]), (0, list(range(10)))):
+        out = tmp_path / f"every{every}"
+        sink = loggers.make_loggers({"kind": "wandb", "every_updates": every}, "off")[1]
+        sink.start(run, algo, out)
+        sink.compiled(1.0)
+        sink.progress(metrics, 4, 10, 1.0)  # a chunk boundary between logged updates
+        sink.finish(summary, metrics, out)
+        (log,) = out.glob("wandb/offline-run-*/run-*.wandb")
+        rows = [r for r in loggers.read_wandb_history(log) if "update" in r]
+        assert [r["update"] for r in rows] == expected == [r["_step"] for r in rows]
+        assert [r["seed_1/return_mean"] for r in rows] == [10.0 + u for u in expected]
+    with pytest.raises(ConfigError, match="logger.every_updates"):
+        loggers.make_loggers({"kind": "wandb", "every_updates": -1}, "off")
+
+
+def test_wandb_system_stats_and_console_capture_are_opt_in():
+    import wandb
+
+    from purejaxrl_opt import loggers
+
+    lean = loggers.make_loggers({"kind": "wandb"}, "off")[1]
+    full = loggers.make_loggers({"kind": "wandb", "system_stats": True, "capture_console": True}, "off")[1]
+    assert (lean.system_stats, lean.capture_console, full.system_stats, full.capture_console) == (
+        False, False, True, True)
+    settings = loggers._settings(wandb, lean.system_stats, lean.capture_console)
+    assert settings.x_disable_stats and settings.console == "off"
+    assert settings.x_transaction_log_flush_interval == loggers.WandB.FLUSH_SECONDS
+    settings = loggers._settings(wandb, full.system_stats, full.capture_console)
+    assert not settings.x_disable_stats and settings.console != "off"
+    with pytest.raises(ConfigError, match="logger.system_stat"):
+        loggers.make_loggers({"kind": "wandb", "system_stat": True}, "off")
 
 
 # evaluate's GIF is written in the fast tier by test_evaluate_gif_goes_to_the_same_wandb_run
