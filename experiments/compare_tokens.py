@@ -192,7 +192,7 @@ def main() -> None:
     def mb(x):
         return f"{x / 2**20:.0f}" if x else "n/a"
 
-    lines = [f"Command: `{table['command']}` at commit `{table['commit']}`", "",
+    lines = [f"commit: {table['commit']}", f"command: `{table['command']}`", "",
              f"SFT start: held-out greedy accuracy {sft_summary['eval_accuracy']:.3f} "
              f"({sft_summary['examples']} examples; training-prompt accuracy "
              f"{sft_summary['train_accuracy']:.3f})", "",
