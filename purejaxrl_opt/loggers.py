@@ -326,7 +326,7 @@ class WandB(Sink):
         configs = sorted({lane.config for lane in self.lanes})
         return {f"cfg{c}/": [lane.index for lane in self.lanes if lane.config == c] for c in configs}
 
-    def _log_rows(self, metrics: dict, upto: int) -> None:
+    def _log_rows(self, metrics: dict, upto: int, last_ran: int | None = None) -> None:
         """Hand updates ``next_update .. upto-1`` to the worker, which logs those some lane ran and
         records how far W&B has them. Only those columns are copied: the training loop goes on."""
         upto = min(upto, metrics["env_steps"].shape[1])
@@ -334,7 +334,12 @@ class WandB(Sink):
         if upto <= first:
             return
         last = metrics["env_steps"].shape[1] - 1
-        keep = [u for u in range(first, upto) if (u + 1) % self.stride == 0 or u == last]
+        keep = {u for u in range(first, upto) if (u + 1) % self.stride == 0 or u == last}
+        # at the end, the last update some lane ran (with GRPO's budget of env steps it can come
+        # before the last one): logged too unless a stride row of an earlier chunk already was it
+        if last_ran is not None and (last_ran >= first or (last_ran + 1) % self.stride):
+            keep.add(last_ran)
+        keep = sorted(keep)
         columns = {name: np.array(values[:, keep]) for name, values in metrics.items()}
         self.next_update = upto
         self._worker.submit(lambda: self._log_columns(columns, keep, upto))
@@ -389,7 +394,8 @@ class WandB(Sink):
         self._log_rows(metrics, updates_done)
 
     def finish(self, summary, metrics, out_dir):
-        self._log_rows(metrics, metrics["env_steps"].shape[1])
+        ran = np.flatnonzero(np.isfinite(metrics["env_steps"]).any(axis=0))
+        self._log_rows(metrics, metrics["env_steps"].shape[1], int(ran[-1]) if len(ran) else None)
         self._worker.submit(lambda: self._finish(summary, Path(out_dir)))
         self._worker.close()
 

@@ -281,6 +281,18 @@ def test_wandb_logs_every_nth_update_and_the_last(tmp_path, monkeypatch):
         rows = [r for r in loggers.read_wandb_history(log) if "update" in r]
         assert [r["update"] for r in rows] == expected == [r["_step"] for r in rows]
         assert [r["seed_1/return_mean"] for r in rows] == [10.0 + u for u in expected]
+    # a budget spent after update 6 (GRPO): NaN rows after it; update 6 is logged at the end whether
+    # the last progress call came before it or after it
+    spent = {name: np.where(np.arange(10) > 6, np.nan, values) for name, values in metrics.items()}
+    for progress_at in (4, 8):
+        out = tmp_path / f"spent{progress_at}"
+        sink = loggers.make_loggers({"kind": "wandb", "every_updates": 3}, "off")[1]
+        sink.start(run, algo, out)
+        sink.compiled(1.0)
+        sink.progress(spent, progress_at, 10, 1.0)
+        sink.finish(summary, spent, out)
+        (log,) = out.glob("wandb/offline-run-*/run-*.wandb")
+        assert [r["update"] for r in loggers.read_wandb_history(log) if "update" in r] == [2, 5, 6]
     with pytest.raises(ConfigError, match="logger.every_updates"):
         loggers.make_loggers({"kind": "wandb", "every_updates": -1}, "off")
 
