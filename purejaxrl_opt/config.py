@@ -91,6 +91,9 @@ class EnvConfig:
 class NetworkConfig:
     kind: str = "mlp"  # mlp (MLP/CNN actor and critic) | transformer (token envs: causal transformer)
     hidden_sizes: tuple[int, ...] = (64, 64)
+    # the critic's MLP widths when they differ from the actor's (None: hidden_sizes); Brax's PPO for
+    # Playground, e.g., uses a 4 x 32 policy and a 5 x 256 value network
+    critic_hidden_sizes: tuple[int, ...] | None = None
     activation: str = "tanh"
     cnn_channels: tuple[int, ...] = (16,)  # conv torso for image observations (MinAtar)
     log_std_init: float = 0.0  # initial log std of a diagonal Gaussian policy
@@ -120,6 +123,12 @@ class NetworkConfig:
                f"a divisor of network.d_model = {self.d_model}")
         _check(len(self.hidden_sizes) > 0 and all(h > 0 for h in self.hidden_sizes),
                f"{prefix}.hidden_sizes", list(self.hidden_sizes), "a non-empty list of positive ints")
+        if self.critic_hidden_sizes is not None:
+            _check(len(self.critic_hidden_sizes) > 0 and all(h > 0 for h in self.critic_hidden_sizes),
+                   f"{prefix}.critic_hidden_sizes", list(self.critic_hidden_sizes),
+                   "null (the actor's hidden_sizes) or a non-empty list of positive ints")
+            _check(self.kind == "mlp", f"{prefix}.critic_hidden_sizes", list(self.critic_hidden_sizes),
+                   "null with network.kind=transformer (the transformer's sizes are d_model/num_layers)")
         _check(all(c > 0 for c in self.cnn_channels), f"{prefix}.cnn_channels",
                list(self.cnn_channels), "a list of positive ints")
         one_of(f"{prefix}.activation", self.activation, self.ACTIVATIONS)
@@ -131,6 +140,11 @@ class NetworkConfig:
         one_of(f"{prefix}.recurrent_grad", self.recurrent_grad, RECURRENT_GRADS)
         _check(self.recurrent == "none" or self.kind == "mlp", f"{prefix}.recurrent", self.recurrent,
                "'none' with network.kind=transformer (a recurrent cell goes with kind=mlp)")
+
+    @property
+    def critic_sizes(self) -> tuple[int, ...]:
+        """The critic's MLP widths: ``critic_hidden_sizes``, or the actor's ``hidden_sizes``."""
+        return self.hidden_sizes if self.critic_hidden_sizes is None else self.critic_hidden_sizes
 
     @property
     def is_recurrent(self) -> bool:

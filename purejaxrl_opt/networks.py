@@ -160,7 +160,7 @@ class Critic(nn.Module):
 
     @nn.compact
     def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
-        x = Torso(len(self.spec.obs_shape), self.net.hidden_sizes, self.net.activation,
+        x = Torso(len(self.spec.obs_shape), self.net.critic_sizes, self.net.activation,
                   self.net.cnn_channels, self.net.conv_impl)(obs)
         return _dense(1, 1.0)(x)[..., 0]
 
@@ -318,8 +318,11 @@ class _RecurrentNetwork(nn.Module):
     spec: EnvSpec
     net: NetworkConfig
 
+    critic: bool = False  # the critic's torso widths (network.critic_hidden_sizes)
+
     def setup(self):
-        self.torso = Torso(len(self.spec.obs_shape), self.net.hidden_sizes, self.net.activation,
+        sizes = self.net.critic_sizes if self.critic else self.net.hidden_sizes
+        self.torso = Torso(len(self.spec.obs_shape), sizes, self.net.activation,
                            self.net.cnn_channels, self.net.conv_impl)
         self.cell = RecurrentCell(self.net.recurrent, self.net.recurrent_size)
         self.setup_head()
@@ -353,6 +356,8 @@ class RecurrentActor(_RecurrentNetwork):
 
 class RecurrentCritic(_RecurrentNetwork):
     """Recurrent value function: ``(memory, obs) -> (memory, value [...])`` per step."""
+
+    critic: bool = True
 
     def setup_head(self):
         self.out = _dense(1, 1.0)

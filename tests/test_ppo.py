@@ -156,3 +156,30 @@ def test_env_step_counter_is_exact_past_float32():
         assert np.all(np.isnan(steps[2:]))  # rows not run yet
         assert int(out.env_steps) == start + 2 * batch
     assert np.asarray(out.metrics["env_steps"])[3] == NOT_RUN
+
+
+@pytest.mark.parametrize("recurrent", ["none", "gru"])
+def test_critic_hidden_sizes_set_the_critic_widths_only(recurrent):
+    """``network.critic_hidden_sizes`` (Brax's PPO for Playground: a 4 x 32 policy, a 5 x 256 value
+    net): the critic's kernels have those widths, the actor's keep ``hidden_sizes``; null = the actor's."""
+    from purejaxrl_opt.config import ConfigError, NetworkConfig
+    from purejaxrl_opt.envs import EnvSpec
+    from purejaxrl_opt.policies import make_policy, make_value
+
+    spec = EnvSpec("Pendulum-v1", (3,), False, 1, -2.0, 2.0, 200)
+
+    def widths(params):  # output widths of the 2-D kernels, in layer order
+        leaves = jax.tree_util.tree_leaves_with_path(params)
+        return [int(x.shape[-1]) for path, x in leaves if x.ndim == 2 and "kernel" in jax.tree_util.keystr(path)]
+
+    net = NetworkConfig(hidden_sizes=(8, 8), critic_hidden_sizes=(16, 16, 16), recurrent=recurrent,
+                        recurrent_size=4)
+    net.validate("network")
+    key = jax.random.PRNGKey(0)
+    actor, critic = make_policy(spec, net).init(key), make_value(spec, net).init(key)
+    assert widths(actor).count(8) == 2 and 16 not in widths(actor), widths(actor)
+    assert widths(critic).count(16) == 3 and 8 not in widths(critic), widths(critic)
+    same = make_value(spec, NetworkConfig(hidden_sizes=(8, 8), recurrent=recurrent, recurrent_size=4)).init(key)
+    assert widths(same).count(8) == 2 and 16 not in widths(same), widths(same)
+    with pytest.raises(ConfigError, match="network.critic_hidden_sizes"):
+        NetworkConfig(critic_hidden_sizes=(0,)).validate("network")
