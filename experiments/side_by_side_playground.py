@@ -26,8 +26,9 @@ three that set the scale, scaled to a 2-core CPU:
 Both sides are evaluated the same way: the final policy's deterministic (mean) actions over 16
 complete 1000-step episodes of the same env (Brax: ``eval/episode_reward``, the mean over its 16
 eval envs; ours: ``final_return_per_seed``, the mean over ``eval_episodes=16``). Env steps/s: Brax's
-own ``training/sps`` of its last training epoch (compile and evaluation excluded; one seed at a time,
-as Brax trains one seed per call); ours: ``env_steps_per_second`` of the run (all seeds together,
+own ``training/sps`` of its last training epoch divided by ``num_resets_per_eval`` (10), which Brax's
+formula multiplies in although the timed call runs one tenth of the steps (:func:`brax_sps_factor`;
+compile and evaluation excluded; one seed at a time, as Brax trains one seed per call); ours: ``env_steps_per_second`` of the run (all seeds together,
 trained as vmapped lanes in one compiled program, compile and final evaluation excluded). Each side
 runs in its own process, one after another (never two at once), with ``uptime``'s load recorded
 before and after.
@@ -216,13 +217,23 @@ def _finals(record: dict) -> list[float]:
     return record["final_return_per_seed"]
 
 
+def brax_sps_factor(record: dict) -> int:
+    """What Brax's ``training/sps`` over-counts by: ``max(num_resets_per_eval, 1)``. brax 0.14.2's
+    ``training_epoch_with_timing`` times one ``training_epoch`` call (``num_training_steps_per_epoch``
+    training steps) but multiplies its env steps by ``num_resets_per_eval``, whose loop runs outside
+    the timed call (``ppo/train.py``: the ``for _ in range(max(num_resets_per_eval, 1))`` around it);
+    Playground's dm_control configs set it to 10."""
+    return max(int(record["brax_config"]["scaled"].get("num_resets_per_eval", 0)), 1)
+
+
 def _sps(record: dict) -> float:
     """Env steps/s of the side's whole run of its seeds (Brax: one seed at a time, the median of its
-    seeds' last-epoch ``training/sps``; ours: all lanes together)."""
+    seeds' last ``training_epoch`` call, from ``training/sps`` divided by :func:`brax_sps_factor`;
+    ours: all lanes together)."""
     import numpy as np
 
     if record["side"] == "brax":
-        return float(np.median([s["env_steps_per_s"] for s in record["per_seed"]]))
+        return float(np.median([s["env_steps_per_s"] for s in record["per_seed"]])) / brax_sps_factor(record)
     return float(record["env_steps_per_s"])
 
 
@@ -274,7 +285,9 @@ def report_main(args) -> None:
     lines = ["# MuJoCo Playground: our PPO / TRPO / GRPO vs Brax PPO, side by side", "",
              "Final return: deterministic policy, mean over 16 complete 1000-step episodes per seed; IQM over "
              "seeds with a 95% stratified-bootstrap CI, and mean +- Student-t 95% half-width. Env steps/s: "
-             "compile and evaluation excluded (Brax: one seed per run, the median over seeds; ours: all "
+             "compile and evaluation excluded (Brax: one seed per run, the median over seeds of its last "
+             "training_epoch's `training/sps` divided by num_resets_per_eval = 10, which brax 0.14.2's "
+             "formula multiplies in although the timed call runs a tenth of the steps; ours: all "
              "seeds of the run as vmapped lanes). Load: `uptime`'s 1/5/15-min averages before and after "
              "each side (2-core machine shared with other jobs).", "",
              "| task | side | seeds | final return per seed | IQM [95% CI] | mean +- t | env steps/s | x Brax | "

@@ -74,6 +74,9 @@ def test_brax_config_keeps_playgrounds_tuned_keys_and_scales_three(tmp_path):
     assert (scaled["batch_size"] * scaled["num_minibatches"] / scaled["num_envs"]
             == tuned["batch_size"] * tuned["num_minibatches"] / tuned["num_envs"] == 16)
     assert scaled["num_evals"] == 2  # one evaluation block: 32/2 x 30 x 32 x 10 resets = 153,600 steps
+    # brax 0.14.2's training/sps multiplies one timed training_epoch call's steps by num_resets_per_eval
+    # (10 here), whose loop runs outside the timed call: the report divides it back out
+    assert sbs.brax_sps_factor({"brax_config": configs}) == scaled["num_resets_per_eval"] == 10
     with pytest.raises(SystemExit, match="multiple of Brax's evaluation block, 153600"):
         sbs.brax_config("CartpoleBalance", 32, 100_000)
     log = tmp_path / "peer.log"
