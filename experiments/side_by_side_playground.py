@@ -289,7 +289,7 @@ def report_main(args) -> None:
              "training_epoch's `training/sps` divided by num_resets_per_eval = 10, which brax 0.14.2's "
              "formula multiplies in although the timed call runs a tenth of the steps; ours: all "
              "seeds of the run as vmapped lanes). Load: `uptime`'s 1/5/15-min averages before and after "
-             "each side (2-core machine shared with other jobs).", "",
+             "each side (a 2-core machine: about 2 means this run alone, far more means other jobs shared it).", "",
              "| task | side | seeds | final return per seed | IQM [95% CI] | mean +- t | env steps/s | x Brax | "
              "load before -> after |", "|---|---|---|---|---|---|---|---|---|"]
     for entry in rows:
