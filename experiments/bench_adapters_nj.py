@@ -6,7 +6,9 @@ For each env three stepping loops, random actions, the observation kept alive (s
   ``AutoResetWrapper``), what its users step with;
 * ``library_raw``: the library's step without any reset (navix ``_step``; jumanji ``env.step``):
   episodes run past their end, a lower bound;
-* ``adapter``: ``jax.vmap(env.step, in_axes=(0, 0, 0, None))`` of the adapter.
+* ``adapter``: ``purejaxrl_opt.envs.step_batch`` of the adapter, what the rollouts step with (the
+  adapter's own batch-level reset where it has one, e.g. jumanji's resets only on steps where an
+  episode ended; else ``jax.vmap(env.step)``).
 The loops alternate (round-robin) so load changes hit all three alike; steps/s and the overhead use
 the best (minimum) time of the repeats, the least disturbed on a shared machine (medians are in the
 JSON too). Overhead = adapter time / library_autoreset time - 1.
@@ -25,6 +27,8 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from purejaxrl_opt.envs import step_batch
 
 
 def _loop(step_fn, init_fn, num_envs: int, num_steps: int, num_actions: int):
@@ -63,7 +67,7 @@ def navix_loops(name: str, num_envs: int, num_steps: int):
         return _loop(fn, jax.vmap(nx_env.reset), num_envs, num_steps, n)
 
     def adapted(keys, state, action):
-        obs, state, reward, *_ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, state, action, params)
+        obs, state, reward, *_ = step_batch(env, params, keys, state, action)
         return state, obs, reward
 
     init = lambda keys: jax.vmap(env.reset, in_axes=(0, None))(keys, params)[1]  # noqa: E731
@@ -94,7 +98,7 @@ def jumanji_loops(name: str, num_envs: int, num_steps: int):
         return sum(jnp.sum(jnp.asarray(leaf, jnp.float32)) for leaf in jax.tree_util.tree_leaves(observation))
 
     def adapted(keys, state, action):
-        obs, state, reward, *_ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, state, action, params)
+        obs, state, reward, *_ = step_batch(env, params, keys, state, action)
         return state, obs, reward
 
     init = lambda keys: jax.vmap(env.reset, in_axes=(0, None))(keys, params)[1]  # noqa: E731

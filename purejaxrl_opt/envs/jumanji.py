@@ -47,6 +47,7 @@ from jumanji import specs
 from jumanji.types import StepType
 
 from purejaxrl_opt.errors import ConfigError
+from purejaxrl_opt.envs.protocol import ResetWhereDone
 
 LIBRARY = "jumanji"
 
@@ -88,7 +89,7 @@ def _constructor_options(cls) -> dict[str, Any]:
     return out
 
 
-class JumanjiEnv(environment.Environment):
+class JumanjiEnv(ResetWhereDone, environment.Environment):
     """A jumanji environment in the gymnax protocol (see the module docstring)."""
 
     keyed_reset = True

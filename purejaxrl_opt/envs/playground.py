@@ -64,6 +64,7 @@ from gymnax.environments.environment import Environment  # noqa: E402
 from mujoco_playground._src import dm_control_suite, locomotion, manipulation, mjx_env  # noqa: E402
 
 from purejaxrl_opt.errors import ConfigError  # noqa: E402
+from purejaxrl_opt.envs.protocol import ResetWhereDone  # noqa: E402
 
 LIBRARY = "playground"
 # the env id prefixes this module serves: ``playground/<name>`` and ``brax/<name>``
@@ -122,10 +123,12 @@ def _obs_array(obs, obs_key: str | None):
     return jnp.asarray(obs, jnp.float32)
 
 
-class PlaygroundEnv(Environment):
+class PlaygroundEnv(ResetWhereDone, Environment):
     """A Playground or Brax env in the gymnax 1.x protocol (see the module docstring).
 
-    ``reset``/``step`` (auto-reset, ``info["final_observation"]``) are gymnax's ``Environment``'s.
+    ``reset``/``step`` (auto-reset, ``info["final_observation"]``) are gymnax's ``Environment``'s;
+    ``step_batch`` (:class:`ResetWhereDone`) computes the batch's resets, a physics ``forward`` each,
+    only on steps where some env's episode ended.
     """
 
     keyed_reset = True  # reset(key) determines the start state; step takes no randomness
@@ -180,30 +183,6 @@ class PlaygroundEnv(Environment):
         (env_state, total), _ = jax.lax.scan(_one, (env_state, jnp.zeros((), jnp.float32)), None,
                                              length=self.action_repeat)
         return env_state, total
-
-    def step_batch(self, keys, state, action, params):
-        """``jax.vmap(self.step)`` over ``keys [N]``, with the same numbers, but the batch's resets
-        (a physics ``forward`` each) are computed only on steps where some env's episode ended: most
-        steps of 1000-step episodes reset nothing. (Under a further vmap, e.g. over seeds, the cond
-        becomes a select and both branches run, as in ``vmap(step)``.)"""
-        split = jax.vmap(jax.random.split)(keys)
-        step_keys, reset_keys = split[:, 0], split[:, 1]  # gymnax's step: key_step, key_reset = split(key)
-        obs_st, state_st, reward, terminated, info = jax.vmap(self.step_env, in_axes=(0, 0, 0, None))(
-            step_keys, state, action, params)
-        truncated = jax.vmap(self.is_truncated, in_axes=(0, None))(state_st, params)
-        done = jnp.logical_or(terminated, truncated)
-
-        def _select(pick_reset, stepped):
-            where = done.reshape(done.shape + (1,) * (stepped.ndim - 1))
-            return jnp.where(where, pick_reset, stepped)
-
-        def _reset(_):
-            obs_re, state_re = jax.vmap(self.reset_env, in_axes=(0, None))(reset_keys, params)
-            return jax.tree.map(_select, (obs_re, state_re), (obs_st, state_st))
-
-        obs, state = jax.lax.cond(jnp.any(done), _reset, lambda _: (obs_st, state_st), None)
-        info = {**info, "terminated": terminated, "truncated": truncated, "final_observation": obs_st}
-        return obs, state, reward, terminated, truncated, info
 
     def is_truncated(self, state, params):
         return state.time >= params.max_steps_in_episode

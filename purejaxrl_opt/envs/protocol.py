@@ -105,3 +105,35 @@ def spec_of(env, env_params, env_id: str, library: str) -> EnvSpec:
     return EnvSpec(env_id, tuple(int(d) for d in obs.shape), discrete, num_actions, low, high,
                    max_steps, tuple(vocab) if vocab is not None else None, np.dtype(obs.dtype).name,
                    action_mask, library, keyed_reset(env))
+
+
+class ResetWhereDone:
+    """A mixin for adapters whose envs reset rarely (long episodes) or expensively (a physics
+    ``forward``, a board generated): ``step_batch`` is ``jax.vmap(self.step)`` over ``keys [N]`` with
+    the same numbers, but the batch's resets are computed only on steps where some env's episode
+    ended. gymnax's ``step`` computes a reset on every step of every env and selects it where the
+    episode ended. Under a further vmap (e.g. over seeds) the cond becomes a select and both branches
+    run, as in ``vmap(step)``. Needs the protocol's ``step_env``, ``reset_env`` and ``is_truncated``."""
+
+    def step_batch(self, keys, state, action, params):
+        import jax
+        import jax.numpy as jnp
+
+        split = jax.vmap(jax.random.split)(keys)
+        step_keys, reset_keys = split[:, 0], split[:, 1]  # gymnax's step: key_step, key_reset = split(key)
+        obs_st, state_st, reward, terminated, info = jax.vmap(self.step_env, in_axes=(0, 0, 0, None))(
+            step_keys, state, action, params)
+        truncated = jax.vmap(self.is_truncated, in_axes=(0, None))(state_st, params)
+        done = jnp.logical_or(terminated, truncated)
+
+        def _select(pick_reset, stepped):
+            where = done.reshape(done.shape + (1,) * (stepped.ndim - 1))
+            return jnp.where(where, pick_reset, stepped)
+
+        def _reset(_):
+            obs_re, state_re = jax.vmap(self.reset_env, in_axes=(0, None))(reset_keys, params)
+            return jax.tree.map(_select, (obs_re, state_re), (obs_st, state_st))
+
+        obs, state = jax.lax.cond(jnp.any(done), _reset, lambda _: (obs_st, state_st), None)
+        info = {**info, "terminated": terminated, "truncated": truncated, "final_observation": obs_st}
+        return obs, state, reward, terminated, truncated, info
