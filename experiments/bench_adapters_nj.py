@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -137,7 +138,10 @@ def main() -> None:
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "bench_adapters_nj.json"))
     args = parser.parse_args()
     steps = args.num_envs * args.num_steps
-    results = {"num_envs": args.num_envs, "num_steps": args.num_steps, "repeats": args.repeats,
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import provenance
+
+    results = {"commit": provenance.commit(), "num_envs": args.num_envs, "num_steps": args.num_steps, "repeats": args.repeats,
                "jax": jax.__version__, "device": str(jax.devices()[0]), "host": platform.node(),
                "command": f"python experiments/bench_adapters_nj.py --num-envs {args.num_envs} "
                           f"--num-steps {args.num_steps} --repeats {args.repeats}", "envs": {}}
