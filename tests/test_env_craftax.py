@@ -150,6 +150,25 @@ def test_death_is_terminated_keeps_final_obs_and_resets_to_a_real_reset_state(cr
     assert not bool(terminated[1].any())
 
 
+def test_one_death_builds_world_zero_alone_and_it_equals_the_full_pools(craftax):
+    """One end in a step: ``step_batch`` builds pool world 0 alone (the rest only when two or more
+    episodes end); the env must start exactly the world the library's reset makes from that key
+    when all worlds are built together."""
+    params, state = craftax["params"], craftax["state"]
+    dead = jnp.arange(NUM_ENVS) == 5
+    state = state.replace(player_health=jnp.where(dead, 0, state.player_health),
+                          player_recover=jnp.where(dead, 0.0, state.player_recover))
+    keys = _keys(11)
+    _, (obs, new_state, _, terminated, _, info) = craftax["rollout"](keys, state, _noop(), params)
+    np.testing.assert_array_equal(np.asarray(terminated[0]), np.asarray(dead))
+    assert int(info["reset_index"][0][5]) == 0
+    pool_obs, pool_state = _pool(craftax, keys[0], params)
+    np.testing.assert_array_equal(np.asarray(obs[0][5]), np.asarray(pool_obs[0]))
+    assert _tree_equal(_rows(_rows(new_state, 0), 5), _rows(pool_state, 0))
+    alive = np.flatnonzero(~np.asarray(dead))
+    np.testing.assert_array_equal(np.asarray(info["final_observation"][0][alive]), np.asarray(obs[0][alive]))
+
+
 def test_time_limit_is_truncated_not_terminated(craftax):
     env, params = craftax["env"], craftax["params"]
     limited = params.replace(inner=params.inner.replace(max_timesteps=2))
