@@ -146,10 +146,9 @@ class Craftax(Environment):
         their episodes are correlated. Craftax episodes last hundreds to thousands of steps, so with
         ``N = 64, R = 4`` a step rarely ends more than 4 episodes: a uniformly random policy's
         episodes last ~155 steps (measured: 0.41 ends per step at 64 envs), so more than 4 ends in
-        one step has probability ~6e-5 (Poisson), and a trained agent lives longer. Cost: at most ``R`` world generations per step instead of
-        ``N``: none when no env ended, one when one did, ``R`` when two or more did (two
-        ``lax.cond``; under ``vmap`` over seeds a cond becomes a select and the ``R`` worlds are
-        always generated).
+        one step has probability ~6e-5 (Poisson), and a trained agent lives longer. Cost: ``R`` world generations per step instead of
+        ``N``; when no env ended, none (``lax.cond``; under ``vmap`` over seeds the cond becomes a
+        select and the ``R`` worlds are always generated).
         """
         num_envs = keys.shape[0]
         num_resets = min(self.num_resets(num_envs), num_envs)
@@ -165,23 +164,11 @@ class Craftax(Environment):
             obs_re, state_re = reset(reset_keys, params)
         else:
             index = jnp.where(done, (jnp.cumsum(done) - 1) % num_resets, 0).astype(jnp.int32)
-            # world 0 when any env ended, worlds 1..R-1 only when two or more did (a step mostly
-            # ends none or one episode: this halves to quarters the worlds built per step). A
-            # world depends only on its key, not on how many are built with it (tested), so this
-            # is bitwise the pool of all R worlds.
-            num_ended = jnp.sum(done)
-
-            def _worlds(pool_keys, build):
-                empty = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
-                                     jax.eval_shape(reset, pool_keys, params))
-                return jax.lax.cond(build, lambda: reset(pool_keys, params), lambda: empty)
-
-            head = _worlds(reset_keys[:1], num_ended >= 1)
-            if num_resets > 1:
-                tail = _worlds(reset_keys[1:num_resets], num_ended >= 2)
-                obs_pool, state_pool = jax.tree.map(lambda h, t: jnp.concatenate([h, t]), head, tail)
-            else:
-                obs_pool, state_pool = head
+            pool_keys = reset_keys[:num_resets]
+            empty = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
+                                 jax.eval_shape(reset, pool_keys, params))
+            obs_pool, state_pool = jax.lax.cond(jnp.any(done), lambda: reset(pool_keys, params),
+                                                lambda: empty)
             obs_re = obs_pool[index]
             state_re = jax.tree.map(lambda x: x[index], state_pool)
 
