@@ -3,13 +3,22 @@
 For each env, three ``jit(scan(...))`` loops of ``--steps`` steps x ``--num-envs`` envs, each drawing
 uniform actions inside the scan the same way and keeping every observation alive (summed):
 
-- ``raw``:        ``vmap(raw_env.step)``: the library's env, no time limit, no reset;
+- ``raw``:        ``vmap(raw_env.step)``: the library's env, no time limit, no reset (a floor: episodes
+                  run past their end, no start state is ever computed again);
+- ``library_autoreset``: what the library's own PPO steps with: Playground's ``wrap_for_brax_training``
+                  (playground ids) or ``brax.envs.wrappers.training.wrap`` (brax ids), i.e.
+                  ``EpisodeWrapper`` + ``AutoResetWrapper`` + ``VmapWrapper`` at the same episode limit;
+                  its auto-reset swaps in the env's *first* start state kept from ``reset`` (no new
+                  start is computed, and the last observation of an episode is lost);
 - ``vmap_step``:  ``vmap(env.step)``: the adapter with gymnax's per-env auto-reset (a reset computed
                   every step, selected where an episode ended), the layer's default;
 - ``step_batch``: ``env.step_batch``: the adapter's batch-level auto-reset (resets computed only on
                   steps where an episode ended).
 
-Median of ``--repeats`` timed calls after one warm-up call (compile excluded, reported separately).
+All loops are compiled first, then timed in ``--repeats`` interleaved rounds (round-robin, so a load
+change on a shared machine hits every loop alike); medians and minima of the rounds, compile excluded
+(reported separately). The overheads are against ``library_autoreset`` (what a user of the library
+steps with) and against ``raw`` (the floor).
 
     python experiments/bench_adapters_playground.py --out experiments/results/bench_adapters_playground.json
 """
@@ -22,6 +31,7 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import time
 
 import jax
@@ -60,23 +70,39 @@ def loops(env, params, num_envs: int, num_steps: int):
             return jax.lax.scan(_step, (state, 0.0), jax.random.split(key, num_steps))[0][1]
         return run
 
-    return {"raw": run_raw,
+    def run_library(key):
+        wrapped = library_wrapped(env, params)
+        state = wrapped.reset(jax.random.split(key, num_envs))
+
+        def _step(carry, key):
+            state, total = carry
+            state = wrapped.step(state, _actions(key))
+            return (state, total + state.obs.sum()), None
+
+        return jax.lax.scan(_step, (state, 0.0), jax.random.split(key, num_steps))[0][1]
+
+    return {"raw": run_raw, "library_autoreset": run_library,
             "vmap_step": make_adapter(jax.vmap(env.step, in_axes=(0, 0, 0, None))),
             "step_batch": make_adapter(env.step_batch)}
 
 
-def time_loop(fn, repeats: int):
+def library_wrapped(env, params):
+    """The library's own training wrappers around the same raw env, same episode limit, batched."""
+    limit = int(params.max_steps_in_episode) * env.action_repeat  # the wrappers count library steps
+    if env.name.startswith("brax/"):
+        from brax.envs.wrappers import training
+        return training.wrap(env.raw_env, episode_length=limit, action_repeat=env.action_repeat)
+    from mujoco_playground._src import wrapper
+    return wrapper.wrap_for_brax_training(env.raw_env, episode_length=limit, action_repeat=env.action_repeat)
+
+
+def compile_loop(fn):
     key = jax.random.PRNGKey(0)
     start = time.perf_counter()
     compiled = jax.jit(fn).lower(key).compile()
     compile_s = time.perf_counter() - start
     jax.block_until_ready(compiled(key))
-    times = []
-    for i in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(jax.random.PRNGKey(i + 1)))
-        times.append(time.perf_counter() - start)
-    return compile_s, statistics.median(times), times
+    return compiled, compile_s
 
 
 def main() -> None:
@@ -93,19 +119,33 @@ def main() -> None:
         env, params = pg.make(name, {}, prefix)
         row = {"env": env_id, "num_envs": args.num_envs, "steps": args.steps,
                "episode_limit": params.max_steps_in_episode}
+        compiled = {}
         for label, fn in loops(env, params, args.num_envs, args.steps).items():
-            compile_s, median_s, times = time_loop(fn, args.repeats)
+            compiled[label] = compile_loop(fn)
+            print(env_id, label, f"compiled in {compiled[label][1]:.1f} s", flush=True)
+        times = {label: [] for label in compiled}
+        for i in range(args.repeats):
+            for label, (fn, _) in compiled.items():
+                start = time.perf_counter()
+                jax.block_until_ready(fn(jax.random.PRNGKey(i + 1)))
+                times[label].append(time.perf_counter() - start)
+        for label, (_, compile_s) in compiled.items():
+            median_s = statistics.median(times[label])
             row[label] = {"compile_s": round(compile_s, 2), "median_s": round(median_s, 4),
-                          "times_s": [round(t, 4) for t in times],
+                          "min_s": round(min(times[label]), 4), "times_s": [round(t, 4) for t in times[label]],
                           "env_steps_per_s": round(args.num_envs * args.steps / median_s)}
             print(env_id, label, row[label], flush=True)
         for label in ("vmap_step", "step_batch"):
-            row[f"{label}_overhead_vs_raw"] = round(row[label]["median_s"] / row["raw"]["median_s"] - 1, 4)
+            for ref in ("raw", "library_autoreset"):
+                row[f"{label}_overhead_vs_{ref}"] = round(row[label]["median_s"] / row[ref]["median_s"] - 1, 4)
+                row[f"{label}_overhead_vs_{ref}_min"] = round(row[label]["min_s"] / row[ref]["min_s"] - 1, 4)
         results.append(row)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     record = {"commit": commit, "jax": jax.__version__, "device": jax.devices()[0].device_kind,
               "cpu_count": os.cpu_count(), "load_avg_1m": os.getloadavg()[0], "python": platform.python_version(),
-              "note": "loaded shared CPU: absolute numbers are indicative; the ratios are the point",
+              "load_avg_at_end": os.getloadavg(),
+              "command": "python experiments/bench_adapters_playground.py " + " ".join(sys.argv[1:]),
+              "note": "shared CPU: absolute numbers are indicative; the ratios (interleaved rounds) are the point",
               "results": results}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
