@@ -119,8 +119,10 @@ class ResetWhereDone:
         import jax
         import jax.numpy as jnp
 
-        split = jax.vmap(jax.random.split)(keys)
-        step_keys, reset_keys = split[:, 0], split[:, 1]  # gymnax's step: key_step, key_reset = split(key)
+        # gymnax's step: key_step, key_reset = split(key). Each half is taken where it is used: an env
+        # whose step ignores its key (Playground, Jumanji) then splits no key on a step without an
+        # end (XLA drops the unused half; the same keys, so the same numbers, as one split up front)
+        step_keys = jax.vmap(lambda key: jax.random.split(key)[0])(keys)
         obs_st, state_st, reward, terminated, info = jax.vmap(self.step_env, in_axes=(0, 0, 0, None))(
             step_keys, state, action, params)
         truncated = jax.vmap(self.is_truncated, in_axes=(0, None))(state_st, params)
@@ -131,6 +133,7 @@ class ResetWhereDone:
             return jnp.where(where, pick_reset, stepped)
 
         def _reset(_):
+            reset_keys = jax.vmap(lambda key: jax.random.split(key)[1])(keys)
             obs_re, state_re = jax.vmap(self.reset_env, in_axes=(0, None))(reset_keys, params)
             return jax.tree.map(_select, (obs_re, state_re), (obs_st, state_st))
 
