@@ -53,6 +53,7 @@ CASES: tuple[Case, ...] = (
     Case("Breakout-MinAtar", (("max_steps_in_episode", 24),)),  # image observations [10, 10, 4]
     Case("Addition-v0", steps=12),  # token env: int32 token buffer; ends at <eos> or 4 answer tokens
     Case("navix/Navix-Empty-5x5-v0", (("max_steps_in_episode", 12),), steps=40),  # uint8 grid [5, 5, 3]
+    Case("xminigrid/MiniGrid-Empty-5x5", (("max_steps_in_episode", 12),), steps=40),  # uint8 view [7, 7, 2]
     Case("jumanji/Snake-v1", (("max_steps_in_episode", 16),), action_mask=True, steps=40),  # structure, mask
     Case("jumanji/Game2048-v1", (("max_steps_in_episode", 16),), action_mask=True, steps=40),
     Case("craftax/Craftax-Classic-Symbolic-v1", (("max_steps_in_episode", 12),), steps=30),  # optimistic reset
@@ -295,12 +296,13 @@ def test_an_unknown_library_lists_the_libraries():
         envs.make("nolibrary/Thing-v0")
     message = str(error.value)
     assert "'env.id'" in message and "unknown library 'nolibrary'" in message
-    for library in ("gymnax", "navix", "jumanji", "craftax", "playground", "brax"):
+    for library in ("gymnax", "navix", "xminigrid", "jumanji", "craftax", "playground", "brax"):
         assert f"'{library}'" in message
 
 
 @pytest.mark.parametrize("env_id,library", [("gymnax/NoSuchEnv-v0", "gymnax"), ("tokens/Nope-v0", "tokens"),
-                                            ("navix/Nope-v0", "navix"), ("jumanji/Nope-v0", "jumanji"),
+                                            ("navix/Nope-v0", "navix"), ("xminigrid/Nope", "xminigrid"),
+                                            ("jumanji/Nope-v0", "jumanji"),
                                             ("craftax/Nope-v1", "craftax"), ("playground/Nope", "playground"),
                                             ("brax/nope", "brax")])
 def test_an_unknown_id_lists_the_library_ids(env_id, library):

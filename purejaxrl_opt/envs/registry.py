@@ -39,6 +39,7 @@ LIBRARIES: dict[str, Library] = {
     "gymnax": Library("purejaxrl_opt.envs.gymnax", None),
     "tokens": Library("purejaxrl_opt.envs.tokens", None),
     "navix": Library("purejaxrl_opt.envs.navix", "navix"),
+    "xminigrid": Library("purejaxrl_opt.envs.xminigrid", "xminigrid"),
     "jumanji": Library("purejaxrl_opt.envs.jumanji", "jumanji"),
     "craftax": Library("purejaxrl_opt.envs.craftax", "craftax"),
     "playground": Library("purejaxrl_opt.envs.playground", "playground"),

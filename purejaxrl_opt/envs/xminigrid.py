@@ -1,0 +1,180 @@
+"""XLand-MiniGrid (``xminigrid``): its MiniGrid ports in the gymnax 1.x protocol.
+
+``env.id = "xminigrid/<name>"``, ``<name>`` one of the ids of :func:`ids`, e.g.
+``xminigrid/MiniGrid-Empty-6x6``, ``xminigrid/MiniGrid-DoorKey-8x8``, ``xminigrid/MiniGrid-MemoryS8``.
+
+Which ids: xminigrid's registered ``MiniGrid-*`` envs (its ports of MiniGrid). Its
+``XLand-MiniGrid-R*`` meta-RL envs are not offered: they are built with an empty ruleset (no goal,
+no rules, no objects, never terminated) and are meant to take a ruleset from one of xminigrid's
+benchmarks (``xminigrid.load_benchmark``), which downloads it from the Hugging Face hub on first use;
+nothing here downloads at run time.
+
+Why not a wrapper of xminigrid's: ``Environment.step`` (xminigrid 0.9.3) is the raw transition, no
+auto-reset; its ``GymAutoResetWrapper`` resets in the same step but overwrites the last observation
+(none is kept) and ``DmEnvAutoResetWrapper`` resets on the step *after* the end (that step's action is
+ignored). Here ``step_env`` is ``Environment.step`` and gymnax's ``step`` resets in the same call,
+keeping the pre-reset observation in ``info["final_observation"]``. xminigrid marks an episode's end
+with ``step_type == LAST`` and tells the two ends apart by the discount: the goal reached (or, in
+Memory, either end of the corridor) is ``discount 0``; ``step_num == max_steps`` without it is
+``discount 1``. So ``terminated = LAST & discount == 0`` and ``is_truncated = LAST & discount == 1``:
+a goal reached on the last allowed step is a termination. The reward is xminigrid's,
+``1 - 0.9 * step_num / max_steps`` on success, else 0.
+
+Observation: xminigrid's own, the agent-centred partial view ``uint8 [V, V, 2]`` of (tile id 0-12,
+colour id 0-11), agent at the bottom centre facing up, ``V = view_size`` (xminigrid's default per env:
+7, Memory 3, so ``[3, 3, 2]`` on MemoryS8). It is not an RGB image but, like navix's symbolic grids,
+gets the project's conv torso (3x3 VALID convolutions, ``network.cnn_channels``; ``V = 3`` leaves one
+1x1 output per channel); ``flatten: true`` gives ``[V * V * 2]`` for a plain MLP. The agent's
+direction is not in it (xminigrid's ``DirectionObservationWrapper`` would make a dict of it).
+
+Randomness: ``reset(key)`` fully determines the episode; xminigrid's step draws nothing (the key in
+its state is used only by its auto-reset wrappers), so the step key is unused and ``keyed_reset``
+holds.
+
+Options (``env.params``), checked before anything is compiled: ``max_steps_in_episode`` (xminigrid's
+``max_steps``; default xminigrid's own per env, MiniGrid's formulas: Empty ``4 * H * W``, DoorKey
+``10 * H * W``, Memory ``5 * width ** 2``), ``view_size`` (odd, >= 3, as MiniGrid requires; default
+xminigrid's), ``flatten`` (bool, default false). xminigrid's params are static (``pytree_node=False``),
+so they are fixed when the env is made; ``height``/``width`` are not options: the id names the size and
+the layouts have size limits xminigrid does not check.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import xminigrid
+from flax import struct
+from gymnax.environments import environment, spaces
+from xminigrid.core.constants import NUM_COLORS, NUM_TILES
+from xminigrid.types import StepType
+
+from purejaxrl_opt.errors import ConfigError
+
+LIBRARY = "xminigrid"
+
+OPTIONS = ("max_steps_in_episode", "view_size", "flatten")
+RENDER_TILE_SIZE = 16  # pixels per cell of render_frame
+
+
+def ids() -> tuple[str, ...]:
+    """xminigrid's registered ``MiniGrid-*`` ids, in its order (the ``XLand-MiniGrid-*`` ones need a
+    downloaded ruleset benchmark: module docstring)."""
+    return tuple(i for i in xminigrid.registered_environments() if i.startswith("MiniGrid-"))
+
+
+@struct.dataclass
+class EnvParams:
+    max_steps_in_episode: int  # xminigrid's max_steps (fixed when the env is made)
+
+
+@struct.dataclass
+class EnvState:
+    timestep: Any  # xminigrid.types.TimeStep: the library's state, step_num, step_type and discount
+
+
+class XMiniGridEnv(environment.Environment):
+    """An xminigrid environment in the gymnax protocol (see the module docstring)."""
+
+    action_mask = False
+    keyed_reset = True
+
+    def __init__(self, name: str, xm_env, xm_params, flatten: bool):
+        self.env_name = name
+        self._env = xm_env
+        self._params = xm_params  # static (xminigrid's params are not pytree nodes)
+        self._flatten = flatten
+        self._num_actions = int(xm_env.num_actions(xm_params))
+        sample = jax.eval_shape(xm_env.reset, xm_params, jax.random.PRNGKey(0)).observation
+        self._obs_shape = (int(np.prod(sample.shape)),) if flatten else tuple(sample.shape)
+        self._obs_dtype = sample.dtype
+
+    @property
+    def name(self) -> str:
+        return self.env_name
+
+    @property
+    def default_params(self) -> EnvParams:
+        return EnvParams(max_steps_in_episode=int(self._params.max_steps))
+
+    @property
+    def num_actions(self) -> int:
+        return self._num_actions
+
+    def _obs(self, timestep):
+        obs = timestep.observation
+        return obs.reshape(self._obs_shape) if self._flatten else obs
+
+    def reset_env(self, key, params):
+        timestep = self._env.reset(self._params, key)
+        return self._obs(timestep), EnvState(timestep)
+
+    def step_env(self, key, state: EnvState, action, params):
+        # the raw transition (xminigrid's Environment.step never resets)
+        timestep = self._env.step(self._params, state.timestep, jnp.asarray(action, jnp.int32))
+        terminated = (timestep.step_type == StepType.LAST) & (timestep.discount == 0)
+        info = {"discount": jnp.asarray(timestep.discount, jnp.float32)}
+        return (self._obs(timestep), EnvState(timestep), jnp.asarray(timestep.reward, jnp.float32),
+                terminated, info)
+
+    def is_truncated(self, state: EnvState, params) -> jax.Array:
+        timestep = state.timestep
+        return (timestep.step_type == StepType.LAST) & (timestep.discount != 0)
+
+    def observation_space(self, params) -> spaces.Box:
+        return spaces.Box(0, max(NUM_TILES, NUM_COLORS) - 1, self._obs_shape, self._obs_dtype)
+
+    def action_space(self, params) -> spaces.Discrete:
+        return spaces.Discrete(self._num_actions)
+
+    def render_frame(self, state: EnvState, params) -> jax.Array:
+        """The whole grid as RGB, ``uint8 [H * 16, W * 16, 3]``, the agent's view highlighted:
+        xminigrid's numpy renderer (it does not trace) through ``jax.pure_callback``."""
+        from xminigrid.rendering.rgb_render import render
+        from xminigrid.types import AgentState
+
+        grid, agent = state.timestep.state.grid, state.timestep.state.agent
+        view_size = int(self._params.view_size)
+        shape = jax.ShapeDtypeStruct((grid.shape[0] * RENDER_TILE_SIZE, grid.shape[1] * RENDER_TILE_SIZE, 3),
+                                     jnp.uint8)
+
+        def _render(grid, position, direction):
+            agent = AgentState(position=np.asarray(position), direction=np.asarray(direction))
+            return np.asarray(render(np.asarray(grid), agent, view_size, RENDER_TILE_SIZE), np.uint8)
+
+        return jax.pure_callback(_render, shape, grid, agent.position, agent.direction)
+
+
+def _check_int(key: str, value, minimum: int, odd: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (odd and value % 2 == 0):
+        raise ConfigError(f"config key 'env.params.{key}' = {value!r} is invalid: must be "
+                          f"{'an odd' if odd else 'an'} int >= {minimum}")
+
+
+def make(name: str, options: dict) -> tuple[XMiniGridEnv, EnvParams]:
+    """``(env, env_params)`` for an xminigrid id; ``options`` = the run's ``env.params`` (module
+    docstring)."""
+    if name not in ids():
+        raise ConfigError(f"config key 'env.id' = 'xminigrid/{name}' is invalid: must be one of "
+                          f"{['xminigrid/' + i for i in ids()]}")
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ConfigError(f"unknown config key 'env.params.{unknown[0]}' for xminigrid/{name}; allowed: "
+                          f"{list(OPTIONS)}")
+    overrides = {}
+    if "max_steps_in_episode" in options:
+        _check_int("max_steps_in_episode", options["max_steps_in_episode"], 1)
+        overrides["max_steps"] = options["max_steps_in_episode"]
+    if "view_size" in options:
+        _check_int("view_size", options["view_size"], 3, odd=True)
+        overrides["view_size"] = options["view_size"]
+    flatten = options.get("flatten", False)
+    if not isinstance(flatten, bool):
+        raise ConfigError(f"config key 'env.params.flatten' = {flatten!r} is invalid: must be true or false")
+    xm_env, xm_params = xminigrid.make(name, **overrides)
+    env = XMiniGridEnv(name, xm_env, xm_params, flatten)
+    return env, env.default_params

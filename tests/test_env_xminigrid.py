@@ -1,0 +1,138 @@
+"""The xminigrid adapter against the real xminigrid: spaces, and the gymnax 1.x truth (terminated vs
+truncated, the pre-reset observation, no action lost at an episode's end, no reset inside xminigrid's
+own step). Jit/vmap/scan and determinism are checked by the contract suite (tests/test_env_contract.py)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import xminigrid
+from xminigrid.core.constants import Tiles
+
+from purejaxrl_opt.envs import xminigrid as adapter  # noqa: E402
+from purejaxrl_opt.errors import ConfigError  # noqa: E402
+
+FORWARD, TURN_CW, TURN_CCW = 0, 1, 2  # xminigrid.core.actions.take_action's order
+RIGHT, DOWN = 1, 2  # xminigrid's directions (DIRECTIONS: up, right, down, left)
+LIMIT = 5  # the shortest path to Empty-5x5's goal takes exactly 5 steps
+AGENT_CELL = (6, 3)  # the agent's cell in a 7x7 view (bottom centre, facing up)
+
+
+@pytest.fixture(scope="module")
+def empty5():
+    """Empty-5x5 with a 5-step limit, its jitted step and reset (one compile each for the module)."""
+    env, params = adapter.make("MiniGrid-Empty-5x5", {"max_steps_in_episode": LIMIT})
+    return env, params, jax.jit(env.step), jax.jit(env.reset)
+
+
+def _path_to_goal(state) -> tuple[int, ...]:
+    """The actions from Empty's fixed start (facing right, the goal below and to the right) to the
+    goal, read off the grid: east along the top row, one clockwise turn, south."""
+    grid = np.asarray(state.timestep.state.grid)
+    agent = state.timestep.state.agent
+    (goal_y,), (goal_x,) = np.nonzero(grid[..., 0] == Tiles.GOAL)
+    y, x = (int(v) for v in np.asarray(agent.position))
+    assert int(agent.direction) == RIGHT and goal_x > x and goal_y > y
+    return (FORWARD,) * (goal_x - x) + (TURN_CW,) + (FORWARD,) * (goal_y - y)
+
+
+def _play(step, state, actions, params):
+    out = []
+    for i, action in enumerate(actions):
+        obs, state, reward, terminated, truncated, info = step(jax.random.PRNGKey(i), state, action, params)
+        out.append((obs, reward, terminated, truncated, info))
+    return state, out
+
+
+def test_ids_and_spaces(empty5):
+    env, params, step, reset = empty5
+    assert {"MiniGrid-Empty-5x5", "MiniGrid-DoorKey-8x8", "MiniGrid-MemoryS8"} <= set(adapter.ids())
+    assert set(adapter.ids()) == {i for i in xminigrid.registered_environments() if i.startswith("MiniGrid-")}
+    assert not any(i.startswith("XLand") for i in adapter.ids())  # they need a downloaded ruleset
+    space = env.observation_space(params)
+    assert space.shape == (7, 7, 2) and space.dtype == jnp.uint8
+    assert env.action_space(params).n == 6 and params.max_steps_in_episode == LIMIT
+    obs, state = reset(jax.random.PRNGKey(0), params)
+    assert obs.shape == space.shape and obs.dtype == space.dtype and space.contains(obs)
+    obs, state, reward, terminated, truncated, info = step(jax.random.PRNGKey(1), state, FORWARD, params)
+    assert obs.shape == space.shape and obs.dtype == space.dtype
+    assert reward.dtype == jnp.float32 and reward.shape == ()
+    assert terminated.dtype == jnp.bool_ and truncated.dtype == jnp.bool_
+    assert info["final_observation"].shape == space.shape
+    # xminigrid's defaults: MemoryS8 sees 3x3, the others 7x7; the episode limits are MiniGrid's
+    memory, memory_params = adapter.make("MiniGrid-MemoryS8", {})
+    assert memory.observation_space(memory_params).shape == (3, 3, 2)
+    assert memory_params.max_steps_in_episode == 5 * 8 ** 2
+    assert adapter.make("MiniGrid-Empty-6x6", {})[1].max_steps_in_episode == 4 * 6 * 6
+    wide, wide_params = adapter.make("MiniGrid-Empty-5x5", {"view_size": 5})
+    assert wide.observation_space(wide_params).shape == (5, 5, 2)
+    flat, flat_params = adapter.make("MiniGrid-Empty-5x5", {"flatten": True})
+    assert flat.observation_space(flat_params).shape == (98,)
+    assert np.asarray(jax.jit(env.render_frame)(state, params)).shape == (80, 80, 3)
+
+
+def test_goal_reached_is_a_termination_with_the_final_observation(empty5):
+    """The goal is reached on the step the time limit falls: a termination (discount 0), not a
+    truncation; the observation before the reset is in info["final_observation"]."""
+    env, params, step, reset = empty5
+    start, state = reset(jax.random.PRNGKey(0), params)
+    to_goal = _path_to_goal(state)
+    assert to_goal == (FORWARD, FORWARD, TURN_CW, FORWARD, FORWARD)
+    state, out = _play(step, state, to_goal, params)
+    for obs, reward, terminated, truncated, _ in out[:-1]:
+        assert not terminated and not truncated and reward == 0
+    obs, reward, terminated, truncated, info = out[-1]
+    assert terminated and not truncated
+    assert reward > 0 and np.isclose(float(reward), 1 - 0.9 * LIMIT / LIMIT)  # xminigrid's reward
+    assert info["discount"] == 0
+    final = np.asarray(info["final_observation"])
+    assert final[AGENT_CELL + (0,)] == Tiles.GOAL  # the agent stands on the goal, pre-reset
+    assert np.asarray(start)[AGENT_CELL + (0,)] != Tiles.GOAL
+    np.testing.assert_array_equal(obs, start)  # Empty's start is fixed: the reset happened in the same step
+    assert int(state.timestep.state.step_num) == 0
+    # no lost action: the very next step acts (the agent moves east: its new cell is the start's
+    # cell in front of it)
+    obs, state, *_ = step(jax.random.PRNGKey(9), state, FORWARD, params)
+    np.testing.assert_array_equal(np.asarray(state.timestep.state.agent.position), (1, 2))
+    # xminigrid's own step does not reset: after the LAST step it goes on from the terminal state
+    xm_env, xm_params = xminigrid.make("MiniGrid-Empty-5x5", max_steps=LIMIT)
+    timestep = xm_env.reset(xm_params, jax.random.PRNGKey(0))
+    for action in to_goal:
+        timestep = xm_env.step(xm_params, timestep, action)
+    assert timestep.last() and float(timestep.discount) == 0
+    after = xm_env.step(xm_params, timestep, TURN_CW)
+    assert int(after.state.step_num) == LIMIT + 1
+    np.testing.assert_array_equal(np.asarray(after.state.agent.position), (3, 3))
+
+
+def test_time_limit_is_a_truncation(empty5):
+    env, params, step, reset = empty5
+    start, state = reset(jax.random.PRNGKey(0), params)
+    actions = (TURN_CCW, TURN_CCW, TURN_CW, TURN_CW, TURN_CW, FORWARD)
+    state, out = _play(step, state, actions, params)
+    assert [(bool(te), bool(tr)) for _, _, te, tr, _ in out[:LIMIT]] == [(False, False)] * 4 + [(False, True)]
+    obs, reward, _, _, info = out[LIMIT - 1]
+    assert reward == 0 and info["discount"] == 1  # xminigrid: LAST with discount 1
+    final = np.asarray(info["final_observation"])
+    assert not np.array_equal(final, np.asarray(start))  # it turned: it faces down, the view differs
+    np.testing.assert_array_equal(obs, start)
+    # the first action of the next episode acts: FORWARD from the start moves east
+    np.testing.assert_array_equal(np.asarray(state.timestep.state.agent.position), (1, 2))
+    assert not out[LIMIT][2] and not out[LIMIT][3]
+
+
+def test_bad_ids_and_options_are_config_errors():
+    with pytest.raises(ConfigError, match="MiniGrid-Empty-5x5") as error:
+        adapter.make("MiniGrid-Nope", {})
+    assert "XLand-MiniGrid" not in str(error.value)
+    with pytest.raises(ConfigError, match="xminigrid/XLand-MiniGrid-R1-9x9"):
+        adapter.make("XLand-MiniGrid-R1-9x9", {})
+    with pytest.raises(ConfigError, match=r"env.params.max_step\b.*allowed.*max_steps_in_episode.*view_size"):
+        adapter.make("MiniGrid-Empty-5x5", {"max_step": 3})
+    with pytest.raises(ConfigError, match="env.params.max_steps_in_episode"):
+        adapter.make("MiniGrid-Empty-5x5", {"max_steps_in_episode": 0})
+    with pytest.raises(ConfigError, match="env.params.view_size.*odd"):
+        adapter.make("MiniGrid-Empty-5x5", {"view_size": 4})
+    with pytest.raises(ConfigError, match="env.params.flatten"):
+        adapter.make("MiniGrid-Empty-5x5", {"flatten": "yes"})
