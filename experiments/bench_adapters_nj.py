@@ -3,8 +3,9 @@
 
 For each env three stepping loops, random actions, the observation kept alive (summed into the carry):
 * ``library_autoreset``: the library's own auto-resetting step (navix ``env.step``; jumanji
-  ``AutoResetWrapper``), what its users step with;
-* ``library_raw``: the library's step without any reset (navix ``_step``; jumanji ``env.step``):
+  ``AutoResetWrapper``; xminigrid ``GymAutoResetWrapper``), what its users step with;
+* ``library_raw``: the library's step without any reset (navix ``_step``; jumanji and xminigrid
+  ``env.step``):
   episodes run past their end, a lower bound;
 * ``adapter``: ``purejaxrl_opt.envs.step_batch`` of the adapter, what the rollouts step with (the
   adapter's own batch-level reset where it has one, e.g. jumanji's resets only on steps where an
@@ -107,6 +108,32 @@ def jumanji_loops(name: str, num_envs: int, num_steps: int):
             "adapter": _loop(adapted, init, num_envs, num_steps, n)}
 
 
+def xminigrid_loops(name: str, num_envs: int, num_steps: int):
+    import xminigrid
+    from xminigrid.wrappers import GymAutoResetWrapper
+
+    from purejaxrl_opt.envs import xminigrid as adapter
+
+    env, params = adapter.make(name, {})
+    xm_env, xm_params = xminigrid.make(name)
+    n = env.num_actions
+
+    def lib(library_env):
+        def fn(keys, timestep, action):
+            timestep = jax.vmap(library_env.step, in_axes=(None, 0, 0))(xm_params, timestep, action)
+            return timestep, timestep.observation, timestep.reward
+        init = lambda keys: jax.vmap(library_env.reset, in_axes=(None, 0))(xm_params, keys)  # noqa: E731
+        return _loop(fn, init, num_envs, num_steps, n)
+
+    def adapted(keys, state, action):
+        obs, state, reward, *_ = step_batch(env, params, keys, state, action)
+        return state, obs, reward
+
+    init = lambda keys: jax.vmap(env.reset, in_axes=(0, None))(keys, params)[1]  # noqa: E731
+    return {"library_autoreset": lib(GymAutoResetWrapper(xm_env)), "library_raw": lib(xm_env),
+            "adapter": _loop(adapted, init, num_envs, num_steps, n)}
+
+
 def bench(loops: dict, repeats: int, steps: int) -> dict:
     compile_s = {}
     for name, fn in loops.items():
@@ -135,6 +162,7 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=64)
     parser.add_argument("--num-steps", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--envs", nargs="*", default=None, help="a subset of the envs (default: all)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "bench_adapters_nj.json"))
     args = parser.parse_args()
     steps = args.num_envs * args.num_steps
@@ -144,14 +172,21 @@ def main() -> None:
     results = {"commit": provenance.commit(), "num_envs": args.num_envs, "num_steps": args.num_steps, "repeats": args.repeats,
                "jax": jax.__version__, "device": str(jax.devices()[0]), "host": platform.node(),
                "command": f"python experiments/bench_adapters_nj.py --num-envs {args.num_envs} "
-                          f"--num-steps {args.num_steps} --repeats {args.repeats}", "envs": {}}
+                          f"--num-steps {args.num_steps} --repeats {args.repeats}"
+                          + (f" --envs {' '.join(args.envs)}" if args.envs else ""), "envs": {}}
     for label, make in [("navix/Navix-Empty-8x8-v0", lambda: navix_loops("Navix-Empty-8x8-v0", args.num_envs,
                                                                             args.num_steps)),
                         ("navix/Navix-DoorKey-5x5-v0", lambda: navix_loops("Navix-DoorKey-5x5-v0", args.num_envs,
                                                                               args.num_steps)),
                         ("jumanji/Snake-v1", lambda: jumanji_loops("Snake-v1", args.num_envs, args.num_steps)),
                         ("jumanji/Game2048-v1", lambda: jumanji_loops("Game2048-v1", args.num_envs,
-                                                                        args.num_steps))]:
+                                                                        args.num_steps)),
+                        ("xminigrid/MiniGrid-Empty-6x6", lambda: xminigrid_loops("MiniGrid-Empty-6x6", args.num_envs,
+                                                                                 args.num_steps)),
+                        ("xminigrid/MiniGrid-DoorKey-8x8", lambda: xminigrid_loops("MiniGrid-DoorKey-8x8",
+                                                                                   args.num_envs, args.num_steps))]:
+        if args.envs and label not in args.envs:
+            continue
         results["envs"][label] = bench(make(), args.repeats, steps)
         r = results["envs"][label]
         print(f"{label}: library (auto-reset) {r['library_autoreset']['steps_per_s']:,.0f} steps/s, raw "

@@ -1,4 +1,4 @@
-"""PPO on Navix (MiniGrid in JAX) through the training CLI: success rates over seeds, variants side by
+"""PPO on MiniGrid-style envs (Navix, XLand-MiniGrid) through the training CLI: success rates over seeds, variants side by
 side, against the random policy measured the same way.
 
     # DoorKey-8x8 (full symbolic grid), the tuned file conf/tuned/ppo_navix/Navix-DoorKey-8x8-v0.yaml
@@ -9,13 +9,19 @@ side, against the random policy measured the same way.
         --steps 500000 --out experiments/results/navix_memory \
         --common env.params.observation=symbolic_first_person \
         --variant mlp network.recurrent=none --variant gru network.recurrent=gru
+    # XLand-MiniGrid's MemoryS8 (agent-centred 3x3 view; remember the object shown at the start):
+    # feed-forward vs GRU, same budget
+    python experiments/learn_navix.py --env xminigrid/MiniGrid-MemoryS8 --seeds 3200 --num-seeds 4 \
+        --out experiments/results/xminigrid_memory_s8 --variant gru network.recurrent=gru \
+        --variant mlp network.recurrent=none
 
 Each ``--variant NAME [OVERRIDES...]`` is one ``python -m purejaxrl_opt.train algo=ppo env=ENV
 seed=S num_seeds=N [total_timesteps=T] COMMON OVERRIDES`` process (seeds vmapped). Navix's reward is
-1 on reaching the goal and 0 otherwise, so a return is a success rate: the final deterministic
+1 on reaching the goal and 0 otherwise, so a return is a success rate (XLand-MiniGrid's is
+``1 - 0.9 * steps / limit`` on success, 0 otherwise: a return > 0.5 needs success on most episodes): the final deterministic
 evaluation's ``final_return_per_seed`` is each seed's success rate over ``eval_episodes`` episodes.
 Also reported: each seed's training return (sampled actions) over the last 10% of its updates, env
-steps/s and compile seconds. The random policy (uniform over the 7 actions) is measured through
+steps/s and compile seconds. The random policy (uniform over the env's actions) is measured through
 ``evaluation.play_episodes`` as the final evaluation is (experiments/random_return_nj.py).
 Writes ``<out>/results.json`` and ``<out>/results.md``.
 """
@@ -40,6 +46,12 @@ sys.path.insert(0, str(ROOT / "experiments"))
 import provenance  # noqa: E402
 
 from purejaxrl_opt import stats  # noqa: E402
+
+
+RETURN_MEANING = {
+    "navix": "Success = the final policy's return (navix: 1 on reaching the goal, else 0)",
+    "xminigrid": "Return of the final policy (XLand-MiniGrid: 1 - 0.9 * steps / limit on success, else 0)",
+}
 
 
 def load_average() -> str:
@@ -97,8 +109,8 @@ def run_variant(args, name: str, overrides: list[str], out: Path) -> dict:
 def random_policy(env_id: str, params: dict, episodes: int) -> dict:
     from random_return_nj import random_returns
 
-    returns, _ = random_returns(env_id, params, episodes, 0, use_mask=False)
-    return {"episodes": episodes, "mean": float(returns.mean()),
+    returns, spec = random_returns(env_id, params, episodes, 0, use_mask=False)
+    return {"episodes": episodes, "num_actions": spec.num_actions, "mean": float(returns.mean()),
             "se": float(returns.std() / np.sqrt(returns.size))}
 
 
@@ -126,8 +138,8 @@ def main() -> None:
     (out / "results.json").write_text(json.dumps(record, indent=1) + "\n")
 
     lines = [f"# PPO on {args.env}{' ' + str(params) if params else ''}: success rate over seeds", "",
-             "Success = the final deterministic policy's return (navix: 1 on reaching the goal, else 0), "
-             "mean over its evaluation episodes; IQM over seeds with a 95% stratified bootstrap CI.", "",
+             RETURN_MEANING.get(args.env.split("/")[0], "Final return") + ", mean over its evaluation "
+             "episodes; IQM over seeds with a 95% stratified bootstrap CI.", "",
              "| variant | seeds | env steps/seed | success per seed (deterministic) | IQM [95% CI] | training return, "
              "last 10% of updates (sampled actions, per seed) | env steps/s | compile s |",
              "|---|---|---|---|---|---|---|---|"]
@@ -138,7 +150,7 @@ def main() -> None:
                      f"{', '.join(f'{x:.2f}' for x in v['success_per_seed'])} | {iv['iqm']:.2f} "
                      f"[{iv['iqm_ci_low']:.2f}, {iv['iqm_ci_high']:.2f}] | {reach} | {v['env_steps_per_s']:,.0f} | "
                      f"{v['compile_s']:.0f} |")
-    lines += ["", f"Random policy (uniform over the 7 actions, {rand['episodes']} episodes, "
+    lines += ["", f"Random policy (uniform over the {rand['num_actions']} actions, {rand['episodes']} episodes, "
               f"`evaluation.play_episodes`): {rand['mean']:.3f} ± {rand['se']:.3f} (s.e.).", ""]
     for v in variants:
         lines += [f"{v['name']}: `{v['command']}` (load average {v['load_before']} -> {v['load_after']})", ""]

@@ -136,3 +136,30 @@ def test_bad_ids_and_options_are_config_errors():
         adapter.make("MiniGrid-Empty-5x5", {"view_size": 4})
     with pytest.raises(ConfigError, match="env.params.flatten"):
         adapter.make("MiniGrid-Empty-5x5", {"flatten": "yes"})
+
+
+def test_step_batch_equals_vmapped_step():
+    """The batch-level reset (ResetWhereDone: grids generated only on steps where some episode ended)
+    gives ``vmap(env.step)``'s numbers, across corridor ends and time limits (MemoryS8 with a 6-step
+    limit: random starts along the corridor, its ends a few steps away)."""
+    env, params = adapter.make("MiniGrid-MemoryS8", {"max_steps_in_episode": 6})
+    num_envs, num_steps = 8, 20
+
+    def rollout(key, step):
+        reset_key, key = jax.random.split(key)
+        obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, num_envs), params)
+
+        def _step(state, step_key):
+            action_key, env_key = jax.random.split(step_key)
+            action = jax.random.randint(action_key, (num_envs,), 0, 3)  # forward and the two turns
+            obs, state, reward, terminated, truncated, info = step(
+                jax.random.split(env_key, num_envs), state, action, params)
+            return state, (obs, reward, terminated, truncated, info["final_observation"])
+
+        return jax.lax.scan(_step, state, jax.random.split(key, num_steps))
+
+    vmapped = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    both = jax.jit(lambda key: (rollout(key, vmapped), rollout(key, env.step_batch)))(jax.random.PRNGKey(4))
+    jax.tree_util.tree_map(np.testing.assert_array_equal, both[0], both[1])
+    _, (obs, reward, terminated, truncated, final) = both[0]
+    assert np.any(terminated) and np.any(truncated)  # both kinds of end happen in the rollout

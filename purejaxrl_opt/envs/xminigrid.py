@@ -52,6 +52,7 @@ from gymnax.environments import environment, spaces
 from xminigrid.core.constants import NUM_COLORS, NUM_TILES
 from xminigrid.types import StepType
 
+from purejaxrl_opt.envs.protocol import ResetWhereDone
 from purejaxrl_opt.errors import ConfigError
 
 LIBRARY = "xminigrid"
@@ -76,8 +77,9 @@ class EnvState:
     timestep: Any  # xminigrid.types.TimeStep: the library's state, step_num, step_type and discount
 
 
-class XMiniGridEnv(environment.Environment):
-    """An xminigrid environment in the gymnax protocol (see the module docstring)."""
+class XMiniGridEnv(ResetWhereDone, environment.Environment):
+    """An xminigrid environment in the gymnax protocol (see the module docstring); batches step
+    through :class:`ResetWhereDone` (a grid is generated only on steps where some episode ended)."""
 
     action_mask = False
     keyed_reset = True
