@@ -281,6 +281,12 @@ def cached_eval(run_dir: Path, args) -> dict:
     """The evaluation of a run dir's final policy (``eval.json`` there, computed once: ``eval``)."""
     path = run_dir / f"eval_{args.episodes}ep.json"
     if not path.exists():
+        # the library's modules are imported here, not first inside the jitted evaluation: craftax
+        # builds jnp arrays at import time (craftax_classic/constants.py), which a trace would capture
+        from purejaxrl_opt.envs import craftax as craftax_adapter
+
+        craftax_adapter.make(ENV, {})
+        _achievement_names()
         if run_dir.name.startswith("peer_seed"):
             seed = json.loads((run_dir / "run.json").read_text())["seed"]
             result = eval_peer(run_dir, args.baselines, args.episodes, args.limit, seed)
