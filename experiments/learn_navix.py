@@ -100,6 +100,7 @@ def run_variant(args, name: str, overrides: list[str], out: Path) -> dict:
         "env_steps_per_seed": summary["env_steps_per_seed"], "compile_s": summary["compile_seconds"],
         "run_s": summary["run_seconds"], "env_steps_per_s": summary["env_steps_per_second"],
         "eval_episodes": summary["eval_episodes"],
+        "eval_deterministic": bool(summary["config"].get("eval_deterministic", True)),
         "training_return_last_10pct": {str(k): v for k, v in late_training_return(run_dir / "metrics.csv").items()},
         "network": summary["config"]["network"], "algo": summary["config"]["algo"],
         "env_config": summary["config"]["env"],
@@ -140,14 +141,17 @@ def main() -> None:
     lines = [f"# PPO on {args.env}{' ' + str(params) if params else ''}: success rate over seeds", "",
              RETURN_MEANING.get(args.env.split("/")[0], "Final return") + ", mean over its evaluation "
              "episodes; IQM over seeds with a 95% stratified bootstrap CI.", "",
-             "| variant | seeds | env steps/seed | success per seed (deterministic) | IQM [95% CI] | training return, "
+             "| variant | seeds | env steps/seed | final return per seed (deterministic or sampled: the "
+             "variant's eval_deterministic) | IQM [95% CI] | training return, "
              "last 10% of updates (sampled actions, per seed) | env steps/s | compile s |",
              "|---|---|---|---|---|---|---|---|"]
     for v in variants:
         iv = v["iqm"]
         reach = ", ".join("-" if x is None else f"{x:.2f}" for x in v["training_return_last_10pct"].values())
+        mode = "deterministic" if v["eval_deterministic"] else "sampled"
         lines.append(f"| {v['name']} | {v['seeds'][0]}-{v['seeds'][-1]} | {v['env_steps_per_seed'][0]:,} | "
-                     f"{', '.join(f'{x:.2f}' for x in v['success_per_seed'])} | {iv['iqm']:.2f} "
+                     f"{', '.join(f'{x:.2f}' for x in v['success_per_seed'])} ({mode}, {v['eval_episodes']} "
+                     f"episodes each) | {iv['iqm']:.2f} "
                      f"[{iv['iqm_ci_low']:.2f}, {iv['iqm_ci_high']:.2f}] | {reach} | {v['env_steps_per_s']:,.0f} | "
                      f"{v['compile_s']:.0f} |")
     lines += ["", f"Random policy (uniform over the {rand['num_actions']} actions, {rand['episodes']} episodes, "
