@@ -371,6 +371,9 @@ def table(args) -> None:
               "end of each run: " + ", ".join(f"{p['load_avg_at_end'][0]:.1f}" for p in peers) + " (theirs), "
               + ", ".join(f"{o['load_avg_at_end'][0]:.1f}" for o in ours) + " (ours), on a 2-core machine "
               "shared with other jobs.", ""]
+    # the provenance lines the results check reads (experiments/provenance.py): the commit the runs
+    # were made at (--commit) and this table's command
+    lines += [f"commit: {args.commit}", f"command: `{result['table_command']}`"]
     (RESULTS / "side_by_side_craftax.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
