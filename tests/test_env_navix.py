@@ -10,6 +10,7 @@ import navix
 
 from purejaxrl_opt.envs import navix as adapter  # noqa: E402
 from purejaxrl_opt.errors import ConfigError  # noqa: E402
+from env_play import play  # noqa: E402  (tests/env_play.py)
 
 # Navix-Empty-5x5-v0: the player starts at (1, 1) facing east, the goal is at (3, 3)
 FORWARD, ROTATE_CW, ROTATE_CCW = 2, 1, 0
@@ -22,14 +23,6 @@ def empty5():
     """Empty-5x5 with a 5-step limit: the shortest path to the goal takes exactly 5 steps."""
     env, params = adapter.make("Navix-Empty-5x5-v0", {"max_steps_in_episode": len(TO_GOAL)})
     return env, params, jax.jit(env.step), jax.jit(env.reset)
-
-
-def _play(step, state, actions, params):
-    out = []
-    for i, action in enumerate(actions):
-        obs, state, reward, terminated, truncated, info = step(jax.random.PRNGKey(i), state, action, params)
-        out.append((obs, reward, terminated, truncated, info))
-    return state, out
 
 
 def test_ids_and_spaces(empty5):
@@ -59,7 +52,7 @@ def test_goal_reached_is_a_termination_with_the_final_observation(empty5):
     env, params, step, reset = empty5
     start, state = reset(jax.random.PRNGKey(0), params)
     assert start[1, 1, 0] == PLAYER and start[3, 3, 0] == GOAL
-    state, out = _play(step, state, TO_GOAL, params)
+    state, out = play(step, state, TO_GOAL, params)
     for obs, reward, terminated, truncated, _ in out[:-1]:
         assert not terminated and not truncated and reward == 0
     obs, reward, terminated, truncated, info = out[-1]
@@ -81,7 +74,7 @@ def test_goal_reached_is_a_termination_with_the_final_observation(empty5):
 def test_time_limit_is_a_truncation(empty5):
     env, params, step, reset = empty5
     start, state = reset(jax.random.PRNGKey(0), params)
-    state, out = _play(step, state, (ROTATE_CCW, ROTATE_CCW, ROTATE_CW, ROTATE_CW, ROTATE_CW, FORWARD), params)
+    state, out = play(step, state, (ROTATE_CCW, ROTATE_CCW, ROTATE_CW, ROTATE_CW, ROTATE_CW, FORWARD), params)
     assert [(bool(te), bool(tr)) for _, _, te, tr, _ in out[:5]] == [(False, False)] * 4 + [(False, True)]
     obs, reward, _, _, info = out[4]
     final = np.asarray(info["final_observation"])

@@ -12,6 +12,7 @@ from xminigrid.core.constants import Tiles
 
 from purejaxrl_opt.envs import xminigrid as adapter  # noqa: E402
 from purejaxrl_opt.errors import ConfigError  # noqa: E402
+from env_play import play  # noqa: E402  (tests/env_play.py)
 
 FORWARD, TURN_CW, TURN_CCW = 0, 1, 2  # xminigrid.core.actions.take_action's order
 RIGHT, DOWN = 1, 2  # xminigrid's directions (DIRECTIONS: up, right, down, left)
@@ -35,14 +36,6 @@ def _path_to_goal(state) -> tuple[int, ...]:
     y, x = (int(v) for v in np.asarray(agent.position))
     assert int(agent.direction) == RIGHT and goal_x > x and goal_y > y
     return (FORWARD,) * (goal_x - x) + (TURN_CW,) + (FORWARD,) * (goal_y - y)
-
-
-def _play(step, state, actions, params):
-    out = []
-    for i, action in enumerate(actions):
-        obs, state, reward, terminated, truncated, info = step(jax.random.PRNGKey(i), state, action, params)
-        out.append((obs, reward, terminated, truncated, info))
-    return state, out
 
 
 def test_ids_and_spaces(empty5):
@@ -79,7 +72,7 @@ def test_goal_reached_is_a_termination_with_the_final_observation(empty5):
     start, state = reset(jax.random.PRNGKey(0), params)
     to_goal = _path_to_goal(state)
     assert to_goal == (FORWARD, FORWARD, TURN_CW, FORWARD, FORWARD)
-    state, out = _play(step, state, to_goal, params)
+    state, out = play(step, state, to_goal, params)
     for obs, reward, terminated, truncated, _ in out[:-1]:
         assert not terminated and not truncated and reward == 0
     obs, reward, terminated, truncated, info = out[-1]
@@ -110,7 +103,7 @@ def test_time_limit_is_a_truncation(empty5):
     env, params, step, reset = empty5
     start, state = reset(jax.random.PRNGKey(0), params)
     actions = (TURN_CCW, TURN_CCW, TURN_CW, TURN_CW, TURN_CW, FORWARD)
-    state, out = _play(step, state, actions, params)
+    state, out = play(step, state, actions, params)
     assert [(bool(te), bool(tr)) for _, _, te, tr, _ in out[:LIMIT]] == [(False, False)] * 4 + [(False, True)]
     obs, reward, _, _, info = out[LIMIT - 1]
     assert reward == 0 and info["discount"] == 1  # xminigrid: LAST with discount 1
