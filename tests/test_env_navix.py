@@ -10,7 +10,7 @@ import navix
 
 from purejaxrl_opt.envs import navix as adapter  # noqa: E402
 from purejaxrl_opt.errors import ConfigError  # noqa: E402
-from env_play import play  # noqa: E402  (tests/env_play.py)
+from env_play import check_reset_and_step_against_spaces, play  # noqa: E402  (tests/env_play.py)
 
 # Navix-Empty-5x5-v0: the player starts at (1, 1) facing east, the goal is at (3, 3)
 FORWARD, ROTATE_CW, ROTATE_CCW = 2, 1, 0
@@ -32,13 +32,7 @@ def test_ids_and_spaces(empty5):
     space = env.observation_space(params)
     assert space.shape == (5, 5, 3) and space.dtype == jnp.uint8
     assert env.action_space(params).n == 7 and params.max_steps_in_episode == 5
-    obs, state = reset(jax.random.PRNGKey(0), params)
-    assert obs.shape == space.shape and obs.dtype == space.dtype and space.contains(obs)
-    obs, state, reward, terminated, truncated, info = step(jax.random.PRNGKey(1), state, FORWARD, params)
-    assert obs.shape == space.shape and obs.dtype == space.dtype
-    assert reward.dtype == jnp.float32 and reward.shape == ()
-    assert terminated.dtype == jnp.bool_ and truncated.dtype == jnp.bool_
-    assert info["final_observation"].shape == space.shape
+    space, state = check_reset_and_step_against_spaces(env, params, reset, step, FORWARD)
     flat, flat_params = adapter.make("Navix-Empty-5x5-v0", {"flatten": True})
     assert flat.observation_space(flat_params).shape == (75,)
     first_person, fp_params = adapter.make("Navix-Empty-8x8-v0", {"observation": "symbolic_first_person"})

@@ -12,7 +12,7 @@ from xminigrid.core.constants import Tiles
 
 from purejaxrl_opt.envs import xminigrid as adapter  # noqa: E402
 from purejaxrl_opt.errors import ConfigError  # noqa: E402
-from env_play import play  # noqa: E402  (tests/env_play.py)
+from env_play import check_reset_and_step_against_spaces, play  # noqa: E402  (tests/env_play.py)
 
 FORWARD, TURN_CW, TURN_CCW = 0, 1, 2  # xminigrid.core.actions.take_action's order
 RIGHT, DOWN = 1, 2  # xminigrid's directions (DIRECTIONS: up, right, down, left)
@@ -46,13 +46,7 @@ def test_ids_and_spaces(empty5):
     space = env.observation_space(params)
     assert space.shape == (7, 7, 2) and space.dtype == jnp.uint8
     assert env.action_space(params).n == 6 and params.max_steps_in_episode == LIMIT
-    obs, state = reset(jax.random.PRNGKey(0), params)
-    assert obs.shape == space.shape and obs.dtype == space.dtype and space.contains(obs)
-    obs, state, reward, terminated, truncated, info = step(jax.random.PRNGKey(1), state, FORWARD, params)
-    assert obs.shape == space.shape and obs.dtype == space.dtype
-    assert reward.dtype == jnp.float32 and reward.shape == ()
-    assert terminated.dtype == jnp.bool_ and truncated.dtype == jnp.bool_
-    assert info["final_observation"].shape == space.shape
+    space, state = check_reset_and_step_against_spaces(env, params, reset, step, FORWARD)
     # xminigrid's defaults: MemoryS8 sees 3x3, the others 7x7; the episode limits are MiniGrid's
     memory, memory_params = adapter.make("MiniGrid-MemoryS8", {})
     assert memory.observation_space(memory_params).shape == (3, 3, 2)
