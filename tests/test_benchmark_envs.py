@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from purejaxrl_opt import benchmark
 
-LIBRARIES = ("playground", "craftax", "navix", "jumanji")
+LIBRARIES = ("playground", "craftax", "navix", "xminigrid", "jumanji")
 
 
 def test_envs_suite_composes_and_validates_one_entry_per_library():
@@ -23,8 +23,8 @@ def test_envs_suite_composes_and_validates_one_entry_per_library():
         # the random policy first, then the library's own baseline where one was measured or published
         assert entry.references and "random" in entry.references[0].what, entry.name
         # a library baseline measured on this machine for Playground (Brax PPO) and Craftax
-        # (Craftax_Baselines' ppo.py); none yet for navix (the Navix paper's figures were not available
-        # here) and jumanji (jumanji.training's A2C did not fit the CPU budget of its side-by-side run)
+        # (Craftax_Baselines' ppo.py); none yet for navix and xminigrid (their papers' figures were not
+        # available here) and jumanji (jumanji.training's A2C did not fit the CPU budget of its side-by-side run)
         assert len(entry.references) >= (2 if library in ("playground", "craftax") else 1), entry.name
         for ref in entry.references:
             assert ref.source and ref.what and "PLACEHOLDER" not in ref.what, (entry.name, ref)
