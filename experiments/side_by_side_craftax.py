@@ -1,4 +1,4 @@
-r"""Our PPO against Craftax_Baselines' ``ppo.py`` on Craftax-Classic-Symbolic: same config, same budget, same machine.
+r"""Our PPO against Craftax_Baselines' ``ppo.py`` on Craftax(-Classic)-Symbolic: same config, same budget, same machine.
 
 The peer is MichaelTMatthews/Craftax_Baselines, a checkout outside the project (``--baselines``), run
 unmodified in its own process with the installed ``craftax`` package: ``python ppo.py --env_name ...
@@ -14,9 +14,14 @@ adapter's per-env ``step_env`` (no resets needed), recording each episode's retu
 achievements unlocked. Their network is their own ``models.actor_critic.ActorCritic`` imported from the
 checkout, with the parameters their ``--save_policy`` wrote (orbax).
 
-Reported per side and seed: the Craftax score as % of the max (mean episode return / 22, the paper's
-"% of max reward"; each achievement gives +1 once, health changes +-0.1), the mean number of
-achievements as % of 22 (the mean over achievements of the success rate), the Crafter score
+``--env`` picks Craftax-Classic-Symbolic-v1 (the default) or Craftax-Symbolic-v1 (full Craftax); each
+has its own work and results directories, and ours its own tuned file
+(``conf/tuned/ppo_craftax/<env>.yaml``).
+
+Reported per side and seed: the Craftax score as % of the max (mean episode return / the max return,
+the paper's "% of max reward": Classic 22, each achievement +1 once; full Craftax 226, achievements
+worth 1/3/5/8 by tier; health changes +-0.1), the mean number of achievements as % of all (22 / 67;
+the mean over achievements of the success rate), the Crafter score
 (``exp(mean_a ln(1 + s_a)) - 1`` over success rates ``s_a`` in %), each achievement's success rate;
 the training return over the last 10% of updates; compile time and env steps/s.
 
@@ -24,6 +29,7 @@ the training return over the last 10% of updates; compile time and env steps/s.
     python experiments/side_by_side_craftax.py ours --seed 3000 --num-seeds 2 --steps 196608
     python experiments/side_by_side_craftax.py eval --run peer_seed3000           # optional: evaluate early
     python experiments/side_by_side_craftax.py table --commit HASH
+    python experiments/side_by_side_craftax.py peer --env Craftax-Symbolic-v1 --seed 3208 --steps 196608
 
 Run directories go to ``--work`` (default /work/peers/runs/craftax, outside the project); the table
 (JSON + MD) and each side's per-update curve (CSV) go to experiments/results/side_by_side_craftax/.
@@ -45,10 +51,26 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "experiments" / "results" / "side_by_side_craftax"
-ENV = "Craftax-Classic-Symbolic-v1"
-NUM_ACHIEVEMENTS = 22  # Classic; each +1 once per episode: the max return (health changes net ~0)
-TUNED = "conf/tuned/ppo_craftax/Craftax-Classic-Symbolic-v1.yaml"
+# per env: results dir (under experiments/results/), default work dir, achievements, the max return
+# (the sum of the achievements' rewards: Classic +1 each; full Craftax 1/3/5/8 by tier, 226 in all;
+# health changes net ~0), the number of actions (their ActorCritic's head)
+SPECS = {
+    "Craftax-Classic-Symbolic-v1": {"results": "side_by_side_craftax", "work": "/work/peers/runs/craftax",
+                                    "achievements": 22, "max_return": 22.0, "actions": 17},
+    "Craftax-Symbolic-v1": {"results": "side_by_side_craftax_full", "work": "/work/peers/runs/craftax_full",
+                            "achievements": 67, "max_return": 226.0, "actions": 43},
+}
+ENV = "Craftax-Classic-Symbolic-v1"  # set from --env in main()
+RESULTS = ROOT / "experiments" / "results" / SPECS[ENV]["results"]
+NUM_ACHIEVEMENTS = SPECS[ENV]["achievements"]
+MAX_RETURN = SPECS[ENV]["max_return"]
+
+
+def select_env(name: str) -> None:
+    """Point the module's constants at ``name`` (one env per process)."""
+    global ENV, RESULTS, NUM_ACHIEVEMENTS, MAX_RETURN
+    ENV, RESULTS = name, ROOT / "experiments" / "results" / SPECS[name]["results"]
+    NUM_ACHIEVEMENTS, MAX_RETURN = SPECS[name]["achievements"], SPECS[name]["max_return"]
 
 
 def _peer_command(args, seed: int) -> list[str]:
@@ -117,7 +139,7 @@ def run_ours(args) -> None:
 # ----------------------------------------------------------------------------------------- evaluation
 def achievement_eval(act, key, num_episodes: int, limit: int):
     """``num_episodes`` fresh Classic episodes played to their end with ``act(obs [N, D], key) ->
-    action [N]``: ``(returns [N], lengths [N], achievements [N, 22] bool)`` of each first episode."""
+    action [N]``: ``(returns [N], lengths [N], achievements [N, A] bool)`` of each first episode."""
     import jax
     import jax.numpy as jnp
 
@@ -156,14 +178,17 @@ def _eval_summary(returns, lengths, achieved, alive, names) -> dict:
     rates = 100.0 * achieved.mean(axis=0)
     return {"episodes": int(returns.shape[0]), "unfinished": int(np.asarray(alive).sum()),
             "return_mean": float(returns.mean()), "length_mean": float(lengths.mean()),
-            "score_pct_of_max": float(100.0 * returns.mean() / NUM_ACHIEVEMENTS),
+            "score_pct_of_max": float(100.0 * returns.mean() / MAX_RETURN),
             "achievements_pct": float(rates.mean()),
             "crafter_score": float(math.exp(np.mean(np.log1p(rates))) - 1.0),
             "success_rate_pct": {name: float(r) for name, r in zip(names, rates)}}
 
 
 def _achievement_names() -> list[str]:
-    from craftax.craftax_classic.constants import Achievement
+    if ENV.startswith("Craftax-Classic"):
+        from craftax.craftax_classic.constants import Achievement
+    else:
+        from craftax.craftax.constants import Achievement
 
     return [a.name.lower() for a in sorted(Achievement, key=lambda a: a.value)]
 
@@ -204,7 +229,7 @@ def eval_peer(run_dir: Path, baselines: str, episodes: int, limit: int, seed: in
         raise FileNotFoundError(f"no saved policy under {run_dir}/wandb/offline-run-*/files/policies")
     restored = PyTreeCheckpointer().restore(found[-1])
     params = restored["params"]
-    network = ActorCritic(17, 512)
+    network = ActorCritic(SPECS[ENV]["actions"], 512)
 
     def act(obs, key):
         pi, _ = network.apply(params, obs)
@@ -341,8 +366,8 @@ def table(args) -> None:
         lines.append(f"    {o['command']}")
     lines += ["    " + result["table_command"], "",
               f"Evaluation: {args.episodes} fresh episodes per seed, sampled actions, the same code for both "
-              "(experiments/side_by_side_craftax.py's achievement_eval). Score % of max = mean return / 22; "
-              "achievements % = mean over the 22 achievements of the success rate; Crafter score = "
+              f"(experiments/side_by_side_craftax.py's achievement_eval). Score % of max = mean return / {MAX_RETURN:g}; "
+              f"achievements % = mean over the {NUM_ACHIEVEMENTS} achievements of the success rate; Crafter score = "
               "exp(mean ln(1 + rate%)) - 1. Training return: episodes that ended in the last "
               f"{int(100 * args.fraction)}% of updates (theirs: the mean of their per-update means, as they log it).",
               "", "| side | seed | score % of max | achievements % | Crafter score | eval return | eval length | "
@@ -381,6 +406,7 @@ def table(args) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["peer", "ours", "eval", "table"])
+    parser.add_argument("--env", choices=sorted(SPECS), default="Craftax-Classic-Symbolic-v1")
     parser.add_argument("--run", default=None, help="eval: the run dir (under --work) to evaluate")
     parser.add_argument("--seed", type=int, default=3000)
     parser.add_argument("--num-seeds", type=int, default=2)
@@ -390,9 +416,11 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=10000, help="evaluation step limit")
     parser.add_argument("--fraction", type=float, default=0.1)
     parser.add_argument("--baselines", default="/work/peers/Craftax_Baselines")
-    parser.add_argument("--work", default="/work/peers/runs/craftax")
+    parser.add_argument("--work", default=None, help="run dirs (default: per env, outside the project)")
     parser.add_argument("--commit", default=None)
     args = parser.parse_args()
+    select_env(args.env)
+    args.work = args.work or SPECS[args.env]["work"]
     if args.what == "peer":
         run_peer(args)
     elif args.what == "ours":

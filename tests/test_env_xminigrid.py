@@ -123,6 +123,32 @@ def test_bad_ids_and_options_are_config_errors():
         adapter.make("MiniGrid-Empty-5x5", {"view_size": 4})
     with pytest.raises(ConfigError, match="env.params.flatten"):
         adapter.make("MiniGrid-Empty-5x5", {"flatten": "yes"})
+    with pytest.raises(ConfigError, match="env.params.one_hot"):
+        adapter.make("MiniGrid-Empty-5x5", {"one_hot": 1})
+
+
+def test_one_hot_codes_the_library_observation():
+    """MemoryS8 (3x3 view), a start whose view holds the object to remember: the one-hot cells are
+    exactly the library's (tile, colour) ids, tile block first; flattened the same values."""
+    raw_env, params = adapter.make("MiniGrid-MemoryS8", {})
+    hot_env, _ = adapter.make("MiniGrid-MemoryS8", {"one_hot": True})
+    flat_env, _ = adapter.make("MiniGrid-MemoryS8", {"one_hot": True, "flatten": True})
+    assert hot_env.observation_space(params).shape == (3, 3, 25)
+    assert hot_env.observation_space(params).dtype == jnp.float32 and hot_env.observation_space(params).high == 1
+    assert flat_env.observation_space(params).shape == (225,)
+    keys = jax.random.split(jax.random.PRNGKey(0), 64)
+    raw, _ = jax.vmap(raw_env.reset, in_axes=(0, None))(keys, params)
+    hot, _ = jax.vmap(hot_env.reset, in_axes=(0, None))(keys, params)
+    flat, _ = jax.vmap(flat_env.reset, in_axes=(0, None))(keys, params)
+    raw, hot = np.asarray(raw), np.asarray(hot)
+    assert hot.dtype == np.float32 and set(np.unique(hot)) == {0.0, 1.0}
+    np.testing.assert_array_equal(hot[..., :13].sum(-1), 1)
+    np.testing.assert_array_equal(hot[..., 13:].sum(-1), 1)
+    np.testing.assert_array_equal(hot[..., :13].argmax(-1), raw[..., 0])
+    np.testing.assert_array_equal(hot[..., 13:].argmax(-1), raw[..., 1])
+    np.testing.assert_array_equal(np.asarray(flat), hot.reshape(64, -1))
+    # some starts see the ball or the key (the object to remember) in the view's corner
+    assert np.isin(raw[:, 2, 0, 0], (Tiles.BALL, Tiles.KEY)).any()
 
 
 def test_step_batch_equals_vmapped_step():

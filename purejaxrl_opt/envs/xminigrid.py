@@ -24,8 +24,11 @@ Observation: xminigrid's own, the agent-centred partial view ``uint8 [V, V, 2]``
 colour id 0-11), agent at the bottom centre facing up, ``V = view_size`` (xminigrid's default per env:
 7, Memory 3, so ``[3, 3, 2]`` on MemoryS8). It is not an RGB image but, like navix's symbolic grids,
 gets the project's conv torso (3x3 VALID convolutions, ``network.cnn_channels``; ``V = 3`` leaves one
-1x1 output per channel); ``flatten: true`` gives ``[V * V * 2]`` for a plain MLP. The agent's
-direction is not in it (xminigrid's ``DirectionObservationWrapper`` would make a dict of it).
+1x1 output per channel); ``flatten: true`` gives ``[V * V * 2]`` for a plain MLP. ``one_hot: true``
+gives each cell as float32 one-hot codes of its tile (13) and colour (12), ``[V, V, 25]`` (flattened:
+``[V * V * 25]``): the ids are categories, and fed raw a network reads ball (3) and key (7) as numbers
+4 apart, not as different things (xminigrid's own baselines embed the ids for the same reason). The
+agent's direction is not in it (xminigrid's ``DirectionObservationWrapper`` would make a dict of it).
 
 Randomness: ``reset(key)`` fully determines the episode; xminigrid's step draws nothing (the key in
 its state is used only by its auto-reset wrappers), so the step key is unused and ``keyed_reset``
@@ -34,7 +37,7 @@ holds.
 Options (``env.params``), checked before anything is compiled: ``max_steps_in_episode`` (xminigrid's
 ``max_steps``; default xminigrid's own per env, MiniGrid's formulas: Empty ``4 * H * W``, DoorKey
 ``10 * H * W``, Memory ``5 * width ** 2``), ``view_size`` (odd, >= 3, as MiniGrid requires; default
-xminigrid's), ``flatten`` (bool, default false). xminigrid's params are static (``pytree_node=False``),
+xminigrid's), ``flatten`` and ``one_hot`` (bools, default false). xminigrid's params are static (``pytree_node=False``),
 so they are fixed when the env is made; ``height``/``width`` are not options: the id names the size and
 the layouts have size limits xminigrid does not check.
 """
@@ -57,7 +60,7 @@ from purejaxrl_opt.errors import ConfigError
 
 LIBRARY = "xminigrid"
 
-OPTIONS = ("max_steps_in_episode", "view_size", "flatten")
+OPTIONS = ("max_steps_in_episode", "view_size", "flatten", "one_hot")
 RENDER_TILE_SIZE = 16  # pixels per cell of render_frame
 
 
@@ -84,15 +87,17 @@ class XMiniGridEnv(ResetWhereDone, environment.Environment):
     action_mask = False
     keyed_reset = True
 
-    def __init__(self, name: str, xm_env, xm_params, flatten: bool):
+    def __init__(self, name: str, xm_env, xm_params, flatten: bool, one_hot: bool = False):
         self.env_name = name
         self._env = xm_env
         self._params = xm_params  # static (xminigrid's params are not pytree nodes)
         self._flatten = flatten
+        self._one_hot = one_hot
         self._num_actions = int(xm_env.num_actions(xm_params))
         sample = jax.eval_shape(xm_env.reset, xm_params, jax.random.PRNGKey(0)).observation
-        self._obs_shape = (int(np.prod(sample.shape)),) if flatten else tuple(sample.shape)
-        self._obs_dtype = sample.dtype
+        cell = sample.shape[:-1] + ((NUM_TILES + NUM_COLORS,) if one_hot else sample.shape[-1:])
+        self._obs_shape = (int(np.prod(cell)),) if flatten else tuple(cell)
+        self._obs_dtype = jnp.float32 if one_hot else sample.dtype
 
     @property
     def name(self) -> str:
@@ -108,6 +113,9 @@ class XMiniGridEnv(ResetWhereDone, environment.Environment):
 
     def _obs(self, timestep):
         obs = timestep.observation
+        if self._one_hot:
+            obs = jnp.concatenate([jax.nn.one_hot(obs[..., 0], NUM_TILES, dtype=jnp.float32),
+                                   jax.nn.one_hot(obs[..., 1], NUM_COLORS, dtype=jnp.float32)], axis=-1)
         return obs.reshape(self._obs_shape) if self._flatten else obs
 
     def reset_env(self, key, params):
@@ -127,7 +135,8 @@ class XMiniGridEnv(ResetWhereDone, environment.Environment):
         return (timestep.step_type == StepType.LAST) & (timestep.discount != 0)
 
     def observation_space(self, params) -> spaces.Box:
-        return spaces.Box(0, max(NUM_TILES, NUM_COLORS) - 1, self._obs_shape, self._obs_dtype)
+        high = 1 if self._one_hot else max(NUM_TILES, NUM_COLORS) - 1
+        return spaces.Box(0, high, self._obs_shape, self._obs_dtype)
 
     def action_space(self, params) -> spaces.Discrete:
         return spaces.Discrete(self._num_actions)
@@ -174,9 +183,11 @@ def make(name: str, options: dict) -> tuple[XMiniGridEnv, EnvParams]:
     if "view_size" in options:
         _check_int("view_size", options["view_size"], 3, odd=True)
         overrides["view_size"] = options["view_size"]
-    flatten = options.get("flatten", False)
-    if not isinstance(flatten, bool):
-        raise ConfigError(f"config key 'env.params.flatten' = {flatten!r} is invalid: must be true or false")
+    switches = {}
+    for key in ("flatten", "one_hot"):
+        switches[key] = options.get(key, False)
+        if not isinstance(switches[key], bool):
+            raise ConfigError(f"config key 'env.params.{key}' = {switches[key]!r} is invalid: must be true or false")
     xm_env, xm_params = xminigrid.make(name, **overrides)
-    env = XMiniGridEnv(name, xm_env, xm_params, flatten)
+    env = XMiniGridEnv(name, xm_env, xm_params, **switches)
     return env, env.default_params
