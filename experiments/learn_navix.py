@@ -131,7 +131,9 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
 
     variants = [run_variant(args, v[0], v[1:], out) for v in args.variant]
-    params = {k.split("env.params.", 1)[1]: v for k, v in (o.split("=", 1) for o in args.common)
+    import yaml  # the values as Hydra reads them (true -> bool, 3 -> int)
+
+    params = {k.split("env.params.", 1)[1]: yaml.safe_load(v) for k, v in (o.split("=", 1) for o in args.common)
               if k.lstrip("+").startswith("env.params.")}
     rand = random_policy(args.env, params, args.random_episodes)
     record = {**provenance.stamp(), "env": args.env, "env_params": params, "variants": variants,
