@@ -60,17 +60,17 @@ SPECS = {
     "Craftax-Symbolic-v1": {"results": "side_by_side_craftax_full", "work": "/work/peers/runs/craftax_full",
                             "achievements": 67, "max_return": 226.0, "actions": 43},
 }
-ENV = "Craftax-Classic-Symbolic-v1"  # set from --env in main()
-RESULTS = ROOT / "experiments" / "results" / SPECS[ENV]["results"]
-NUM_ACHIEVEMENTS = SPECS[ENV]["achievements"]
-MAX_RETURN = SPECS[ENV]["max_return"]
 
 
 def select_env(name: str) -> None:
-    """Point the module's constants at ``name`` (one env per process)."""
+    """Point the module's constants (ENV, RESULTS, NUM_ACHIEVEMENTS, MAX_RETURN) at ``name``: one env
+    per process, set from --env in main()."""
     global ENV, RESULTS, NUM_ACHIEVEMENTS, MAX_RETURN
     ENV, RESULTS = name, ROOT / "experiments" / "results" / SPECS[name]["results"]
     NUM_ACHIEVEMENTS, MAX_RETURN = SPECS[name]["achievements"], SPECS[name]["max_return"]
+
+
+select_env("Craftax-Classic-Symbolic-v1")
 
 
 def _peer_command(args, seed: int) -> list[str]:
