@@ -1,4 +1,4 @@
-r"""Our PPO against Craftax_Baselines' ``ppo.py`` on Craftax(-Classic)-Symbolic: same config, same budget, same machine.
+r"""Our PPO against Craftax_Baselines' ``ppo.py`` (and our PPO-GRU against their ``ppo_rnn.py``) on Craftax(-Classic)-Symbolic: same config, same budget, same machine.
 
 The peer is MichaelTMatthews/Craftax_Baselines, a checkout outside the project (``--baselines``), run
 unmodified in its own process with the installed ``craftax`` package: ``python ppo.py --env_name ...
@@ -16,7 +16,10 @@ checkout, with the parameters their ``--save_policy`` wrote (orbax).
 
 ``--env`` picks Craftax-Classic-Symbolic-v1 (the default) or Craftax-Symbolic-v1 (full Craftax); each
 has its own work and results directories, and ours its own tuned file
-(``conf/tuned/ppo_craftax/<env>.yaml``).
+(``conf/tuned/ppo_craftax/<env>.yaml``). ``--algo ppo_rnn`` runs their ``ppo_rnn.py`` (the same
+arguments) against our PPO-GRU (``tuned=ppo_craftax/<env>-rnn``: their ActorCriticRNN's layers), in
+``<work>_rnn`` and ``<results>_rnn``; both recurrent policies are evaluated stepping their hidden state
+from the zero state through each evaluation episode (their network from ``ppo_rnn.py`` itself).
 
 Reported per side and seed: the Craftax score as % of the max (mean episode return / the max return,
 the paper's "% of max reward": Classic 22, each achievement +1 once; full Craftax 226, achievements
@@ -30,6 +33,7 @@ the training return over the last 10% of updates; compile time and env steps/s.
     python experiments/side_by_side_craftax.py eval --run peer_seed3000           # optional: evaluate early
     python experiments/side_by_side_craftax.py table --commit HASH
     python experiments/side_by_side_craftax.py peer --env Craftax-Symbolic-v1 --seed 3208 --steps 196608
+    python experiments/side_by_side_craftax.py peer --algo ppo_rnn --seed 3212 --steps 196608
 
 Run directories go to ``--work`` (default /work/peers/runs/craftax, outside the project); the table
 (JSON + MD) and each side's per-update curve (CSV) go to experiments/results/side_by_side_craftax/.
@@ -62,11 +66,18 @@ SPECS = {
 }
 
 
-def select_env(name: str) -> None:
-    """Point the module's constants (ENV, RESULTS, NUM_ACHIEVEMENTS, MAX_RETURN) at ``name``: one env
-    per process, set from --env in main()."""
-    global ENV, RESULTS, NUM_ACHIEVEMENTS, MAX_RETURN
-    ENV, RESULTS = name, ROOT / "experiments" / "results" / SPECS[name]["results"]
+# per algorithm: their script, the suffix of the results / work dirs, ours' tuned file's suffix
+# (conf/tuned/ppo_craftax/<env><suffix>.yaml) and the table's label for our side
+ALGOS = {"ppo": {"script": "ppo.py", "dir_suffix": "", "tuned_suffix": "", "label": "PPO"},
+         "ppo_rnn": {"script": "ppo_rnn.py", "dir_suffix": "_rnn", "tuned_suffix": "-rnn", "label": "PPO-GRU"}}
+
+
+def select_env(name: str, algo: str = "ppo") -> None:
+    """Point the module's constants (ENV, ALGO, RESULTS, NUM_ACHIEVEMENTS, MAX_RETURN) at ``name`` and
+    ``algo``: one env and algorithm per process, set from --env / --algo in main()."""
+    global ENV, ALGO, RESULTS, NUM_ACHIEVEMENTS, MAX_RETURN
+    ENV, ALGO = name, algo
+    RESULTS = ROOT / "experiments" / "results" / (SPECS[name]["results"] + ALGOS[algo]["dir_suffix"])
     NUM_ACHIEVEMENTS, MAX_RETURN = SPECS[name]["achievements"], SPECS[name]["max_return"]
 
 
@@ -74,7 +85,7 @@ select_env("Craftax-Classic-Symbolic-v1")
 
 
 def _peer_command(args, seed: int) -> list[str]:
-    return [sys.executable, "ppo.py", "--env_name", ENV, "--num_envs", str(args.num_envs),
+    return [sys.executable, ALGOS[ALGO]["script"], "--env_name", ENV, "--num_envs", str(args.num_envs),
             "--total_timesteps", str(args.steps), "--seed", str(seed), "--num_repeats", "1",
             "--save_policy"]
 
@@ -112,14 +123,16 @@ def run_peer(args) -> None:
     (run_dir / "run.json").write_text(json.dumps(info, indent=2) + "\n")
     print(json.dumps(info, indent=2))
     if rc != 0:
-        sys.exit(f"ppo.py failed (rc {rc}); see {run_dir / 'stdout.txt'}")
+        sys.exit(f"{ALGOS[ALGO]['script']} failed (rc {rc}); see {run_dir / 'stdout.txt'}")
 
 
 def run_ours(args) -> None:
     """Our PPO through the train CLI (tuned file = their defaults at 64 envs), one process, all seeds."""
     run_dir = Path(args.work) / f"ours_seed{args.seed}"
-    command = [sys.executable, "-m", "purejaxrl_opt.train", f"env=craftax/{ENV}", "algo=ppo",
-               f"seed={args.seed}", f"num_seeds={args.num_seeds}", f"total_timesteps={args.steps}",
+    command = [sys.executable, "-m", "purejaxrl_opt.train", f"env=craftax/{ENV}", "algo=ppo"]
+    if ALGOS[ALGO]["tuned_suffix"]:  # the plain env=... composes the MLP file
+        command.append(f"tuned=ppo_craftax/{ENV}{ALGOS[ALGO]['tuned_suffix']}")
+    command += [f"seed={args.seed}", f"num_seeds={args.num_seeds}", f"total_timesteps={args.steps}",
                f"algo.num_envs={args.num_envs}", "progress.mode=lines", "progress.chunks=4",
                f"hydra.run.dir={run_dir}"]
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -137,9 +150,11 @@ def run_ours(args) -> None:
 
 
 # ----------------------------------------------------------------------------------------- evaluation
-def achievement_eval(act, key, num_episodes: int, limit: int):
-    """``num_episodes`` fresh Classic episodes played to their end with ``act(obs [N, D], key) ->
-    action [N]``: ``(returns [N], lengths [N], achievements [N, A] bool)`` of each first episode."""
+def achievement_eval(act, key, num_episodes: int, limit: int, carry=None):
+    """``num_episodes`` fresh episodes played to their end with ``act(carry, obs [N, D], key) ->
+    (carry, action [N])`` from ``carry`` (a recurrent policy's hidden state; each episode is played from
+    its start to its end, so it is never reset): ``(returns [N], lengths [N], achievements [N, A] bool,
+    alive [N])`` of each first episode."""
     import jax
     import jax.numpy as jnp
 
@@ -153,20 +168,20 @@ def achievement_eval(act, key, num_episodes: int, limit: int):
         return jnp.logical_and(loop[0] < limit, jnp.any(loop[3]))
 
     def _body(loop):
-        t, state, obs, alive, returns, lengths, achieved, key = loop
+        t, state, obs, alive, returns, lengths, achieved, key, carry = loop
         key, action_key, step_key = jax.random.split(key, 3)
-        action = act(obs, action_key)
+        carry, action = act(carry, obs, action_key)
         obs, state, reward, terminated, info = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))(
             jax.random.split(step_key, num_episodes), state, action, params)
         done = jnp.logical_or(terminated, jax.vmap(env.is_truncated, in_axes=(0, None))(state, params))
         returns = returns + jnp.where(alive, reward, 0.0)
         lengths = lengths + alive
         achieved = jnp.where((alive & done)[:, None], info["achievements"], achieved)
-        return t + 1, state, obs, alive & ~done, returns, lengths, achieved, key
+        return t + 1, state, obs, alive & ~done, returns, lengths, achieved, key, carry
 
     init = (jnp.zeros((), jnp.int32), state, obs, jnp.ones((num_episodes,), bool),
             jnp.zeros((num_episodes,)), jnp.zeros((num_episodes,), jnp.int32),
-            jnp.zeros((num_episodes, NUM_ACHIEVEMENTS), bool), loop_key)
+            jnp.zeros((num_episodes, NUM_ACHIEVEMENTS), bool), loop_key, carry)
     out = jax.lax.while_loop(_cond, _body, init)
     return out[4], out[5], out[6], out[3]
 
@@ -203,13 +218,20 @@ def eval_ours(run_dir: Path, episodes: int, limit: int) -> dict:
 
     run, algo, plan, lanes, loop, step = load(run_dir)
 
+    recurrence = algo.policy.recurrence  # None for an MLP
+
     def lane_eval(algo_state, key):
         actor_params, obs_norm = algo.policy_params(algo_state)
 
-        def act(obs, key):
-            return algo.dist.sample(key, algo.policy.apply(actor_params, envs.obs_norm_apply(obs_norm, obs)))
+        def act(memory, obs, key):
+            obs = envs.obs_norm_apply(obs_norm, obs)
+            if recurrence is None:
+                return memory, algo.dist.sample(key, algo.policy.apply(actor_params, obs))
+            memory, dist_params = recurrence.step(actor_params, memory, obs)
+            return memory, algo.dist.sample(key, dist_params)
 
-        return achievement_eval(act, key, episodes, limit)
+        start = None if recurrence is None else recurrence.zero((episodes,))
+        return achievement_eval(act, key, episodes, limit, start)
 
     keys = jax.numpy.stack([jax.random.PRNGKey(10_000 + lane.seed) for lane in lanes])
     results = jax.jit(jax.vmap(lane_eval))(loop.algo_state, keys)
@@ -221,21 +243,37 @@ def eval_peer(run_dir: Path, baselines: str, episodes: int, limit: int, seed: in
     import jax
     from orbax.checkpoint import PyTreeCheckpointer
 
+    import jax.numpy as jnp
+
     sys.path.insert(0, baselines)
-    from models.actor_critic import ActorCritic  # their network, unmodified
 
     found = sorted(glob.glob(str(run_dir / "wandb" / "offline-run-*" / "files" / "policies" / "*" / "default")))
     if not found:
         raise FileNotFoundError(f"no saved policy under {run_dir}/wandb/offline-run-*/files/policies")
     restored = PyTreeCheckpointer().restore(found[-1])
     params = restored["params"]
-    network = ActorCritic(SPECS[ENV]["actions"], 512)
+    if ALGO == "ppo":
+        from models.actor_critic import ActorCritic  # their network, unmodified
 
-    def act(obs, key):
-        pi, _ = network.apply(params, obs)
-        return pi.sample(seed=key)
+        network, start = ActorCritic(SPECS[ENV]["actions"], 512), None
 
-    result = jax.jit(lambda key: achievement_eval(act, key, episodes, limit))(jax.random.PRNGKey(10_000 + seed))
+        def act(carry, obs, key):
+            pi, _ = network.apply(params, obs)
+            return carry, pi.sample(seed=key)
+    else:
+        # their ppo_rnn.py's network (the script's module, unmodified; its argparse runs only as __main__),
+        # stepped as their rollout steps it: one time step [1, N] with the done flags (never set here)
+        from ppo_rnn import ActorCriticRNN, ScannedRNN
+
+        network = ActorCriticRNN(SPECS[ENV]["actions"], config={"LAYER_SIZE": 512})
+        start = ScannedRNN.initialize_carry(episodes, 512)
+
+        def act(hidden, obs, key):
+            hidden, pi, _ = network.apply(params, hidden, (obs[None], jnp.zeros((1, obs.shape[0]), bool)))
+            return hidden, pi.sample(seed=key)[0]
+
+    result = jax.jit(lambda key: achievement_eval(act, key, episodes, limit, start))(
+        jax.random.PRNGKey(10_000 + seed))
     return _eval_summary(*result, _achievement_names())
 
 
@@ -345,7 +383,7 @@ def table(args) -> None:
         s["eval"] = {int(seed): v for seed, v in cached_eval(d, args).items()}
         ours.append(s)
         (RESULTS / f"ours_metrics_seed{s['seeds'][0]}.csv").write_text((d / "metrics.csv").read_text())
-    result = {"env": ENV, "commit": args.commit, "steps_per_seed": args.steps, "num_envs": args.num_envs,
+    result = {"env": ENV, "algo": ALGO, "commit": args.commit, "steps_per_seed": args.steps, "num_envs": args.num_envs,
               "eval_episodes": args.episodes, "training_return_fraction": args.fraction,
               "peer": peers, "ours": ours, "unfinished_runs": unfinished, "table_command": "python experiments/side_by_side_craftax.py "
               + " ".join(sys.argv[1:]), "load_avg_at_table": os.getloadavg()}
@@ -356,7 +394,8 @@ def table(args) -> None:
                 f"{ev['crafter_score']:.2f} | {ev['return_mean']:.2f} | {ev['length_mean']:.0f} | {train:.2f} | "
                 f"{compile_s:.0f} | {sps:.0f} |")
 
-    lines = [f"# PPO on {ENV}: ours vs Craftax_Baselines' ppo.py, {args.steps:,} env steps per seed, "
+    label, script = ALGOS[ALGO]["label"], ALGOS[ALGO]["script"]
+    lines = [f"# {label} on {ENV}: ours vs Craftax_Baselines' {script}, {args.steps:,} env steps per seed, "
              f"{args.num_envs} envs (CPU)", "",
              f"Commit `{args.commit}`. Craftax_Baselines at `{peers[0]['baselines_commit'][:7] if peers else '?'}`, "
              "unmodified, its own process per seed. Commands:", ""]
@@ -373,11 +412,11 @@ def table(args) -> None:
               "", "| side | seed | score % of max | achievements % | Crafter score | eval return | eval length | "
               "training return | compile s | env steps/s |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for p in peers:
-        lines.append(row("Craftax_Baselines ppo.py", p["seed"], p["eval"], p["training_return_last"],
+        lines.append(row(f"Craftax_Baselines {script}", p["seed"], p["eval"], p["training_return_last"],
                          p["compile_s_estimate"] or float("nan"), p["env_steps_per_s_steady"] or float("nan")))
     for o in ours:
         for seed in o["seeds"]:
-            lines.append(row("ours (PPO)", seed, o["eval"][seed], o["training_return_last"][seed],
+            lines.append(row(f"ours ({label})", seed, o["eval"][seed], o["training_return_last"][seed],
                              o["compile_s"], o["env_steps_per_s"]))
     if unfinished:
         lines += ["", f"Not in this table (still running or killed when it was written): {', '.join(unfinished)}."]
@@ -407,6 +446,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["peer", "ours", "eval", "table"])
     parser.add_argument("--env", choices=sorted(SPECS), default="Craftax-Classic-Symbolic-v1")
+    parser.add_argument("--algo", choices=sorted(ALGOS), default="ppo",
+                        help="ppo: their ppo.py vs our PPO (MLP); ppo_rnn: their ppo_rnn.py vs our PPO-GRU")
     parser.add_argument("--run", default=None, help="eval: the run dir (under --work) to evaluate")
     parser.add_argument("--seed", type=int, default=3000)
     parser.add_argument("--num-seeds", type=int, default=2)
@@ -419,8 +460,8 @@ def main() -> None:
     parser.add_argument("--work", default=None, help="run dirs (default: per env, outside the project)")
     parser.add_argument("--commit", default=None)
     args = parser.parse_args()
-    select_env(args.env)
-    args.work = args.work or SPECS[args.env]["work"]
+    select_env(args.env, args.algo)
+    args.work = args.work or SPECS[args.env]["work"] + ALGOS[args.algo]["dir_suffix"]
     if args.what == "peer":
         run_peer(args)
     elif args.what == "ours":

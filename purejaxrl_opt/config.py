@@ -100,6 +100,9 @@ class NetworkConfig:
     # recurrent cell between the torso and the heads of actor and critic (kind=mlp): none | gru | lstm
     recurrent: str = "none"
     recurrent_size: int = 64  # hidden state width of the recurrent cell
+    # hidden layers between the recurrent cell and each output layer (recurrent networks only; empty: the
+    # output layer reads the cell's state). Craftax_Baselines' ppo_rnn.py: two 512 layers per head.
+    head_sizes: tuple[int, ...] = ()
     # per-backend implementations (purejaxrl_opt/implementations.py), auto = the fast one for the
     # backend: conv torso patch (im2col matmul, CPU) | lax (flax Conv: cuDNN on GPU, TPU);
     # recurrent cell's derivative fused (hand-arranged scan JVP, CPU) | autodiff (GPU, TPU)
@@ -134,6 +137,10 @@ class NetworkConfig:
         one_of(f"{prefix}.activation", self.activation, self.ACTIVATIONS)
         one_of(f"{prefix}.recurrent", self.recurrent, self.RECURRENT)
         positive(f"{prefix}.recurrent_size", self.recurrent_size)
+        _check(all(h > 0 for h in self.head_sizes), f"{prefix}.head_sizes", list(self.head_sizes),
+               "a list of positive ints")
+        _check(not self.head_sizes or self.recurrent != "none", f"{prefix}.head_sizes", list(self.head_sizes),
+               "[] with network.recurrent=none (a feed-forward network's layers are hidden_sizes)")
         from purejaxrl_opt.implementations import CONV_IMPLS, RECURRENT_GRADS
 
         one_of(f"{prefix}.conv_impl", self.conv_impl, CONV_IMPLS)

@@ -310,7 +310,8 @@ class _RecurrentNetwork(nn.Module):
 
     * ``embed(obs [..., *obs]) -> [..., G*H]``: the (conv +) MLP torso and the cell's input side;
     * ``core(memory, embedded) -> (memory, h)``: one step of the cell's hidden side;
-    * ``head(h [..., H]) -> out``: the output layer;
+    * ``head(h [..., H]) -> out``: the hidden layers ``network.head_sizes`` (none by default), then the
+      output layer;
 
     ``__call__(memory, obs)`` is one step of all three (acting, and ``init``). Any leading axes.
     """
@@ -325,7 +326,14 @@ class _RecurrentNetwork(nn.Module):
         self.torso = Torso(len(self.spec.obs_shape), sizes, self.net.activation,
                            self.net.cnn_channels, self.net.conv_impl)
         self.cell = RecurrentCell(self.net.recurrent, self.net.recurrent_size)
+        self.head_layers = [_dense(size, np.sqrt(2)) for size in self.net.head_sizes]
         self.setup_head()
+
+    def head_hidden(self, h: jnp.ndarray) -> jnp.ndarray:
+        act = ACTIVATIONS[self.net.activation]
+        for layer in self.head_layers:
+            h = act(layer(h))
+        return h
 
     def embed(self, obs: jnp.ndarray) -> jnp.ndarray:
         return self.cell.project(self.torso(obs))
@@ -348,7 +356,7 @@ class RecurrentActor(_RecurrentNetwork):
                                       (self.spec.num_actions,))
 
     def head(self, h: jnp.ndarray) -> dict[str, jnp.ndarray]:
-        out = self.out(h)
+        out = self.out(self.head_hidden(h))
         if self.spec.discrete:
             return {"logits": out}
         return {"mean": out, "log_std": jnp.broadcast_to(self.log_std, out.shape)}
@@ -363,7 +371,7 @@ class RecurrentCritic(_RecurrentNetwork):
         self.out = _dense(1, 1.0)
 
     def head(self, h: jnp.ndarray) -> jnp.ndarray:
-        return self.out(h)[..., 0]
+        return self.out(self.head_hidden(h))[..., 0]
 
 
 def count_params(params) -> int:

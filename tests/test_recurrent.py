@@ -335,6 +335,34 @@ def test_recurrent_config_is_checked_before_compiling():
                          "env": {"id": "CartPole-v1"}, "network": {"recurrent": "lstm"}})
 
 
+def test_head_sizes_put_hidden_layers_between_the_cell_and_each_output_layer():
+    """``network.head_sizes`` (Craftax_Baselines' ppo_rnn.py: two 512 layers per head): actor and critic
+    each compute out(act(W2 act(W1 h))) from the cell's state h; refused without a recurrent cell."""
+    from purejaxrl_opt.networks import RecurrentActor, RecurrentCritic, zero_memory
+
+    net = NetworkConfig(hidden_sizes=(16,), recurrent="gru", recurrent_size=8, head_sizes=(6, 5),
+                        activation="relu")
+    net.validate("network")
+    obs = jax.random.normal(jax.random.PRNGKey(1), (3, 4))
+    memory = zero_memory(net, (3,))
+    for module in (RecurrentActor(CARTPOLE, net), RecurrentCritic(CARTPOLE, net)):
+        params = module.init(jax.random.PRNGKey(0), memory, obs)
+        p = params["params"]
+        _, h = module.apply(params, memory, obs, method=lambda m, mem, o: m.core(mem, m.embed(o)))
+        x = h
+        for i, width in enumerate((6, 5)):
+            assert p[f"head_layers_{i}"]["kernel"].shape[-1] == width
+            x = jax.nn.relu(x @ p[f"head_layers_{i}"]["kernel"] + p[f"head_layers_{i}"]["bias"])
+        out = x @ p["out"]["kernel"] + p["out"]["bias"]
+        _, got = module.apply(params, memory, obs)
+        want = {"logits": out} if isinstance(module, RecurrentActor) else out[..., 0]
+        jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), got, want)
+    with pytest.raises(ConfigError, match="network.head_sizes"):
+        NetworkConfig(head_sizes=(8,)).validate("network")
+    with pytest.raises(ConfigError, match="network.head_sizes"):
+        NetworkConfig(recurrent="gru", head_sizes=(0,)).validate("network")
+
+
 # resume and sweeps are checked bitwise on the feed-forward PPO in the fast tier
 # (tests/test_workflow.py)
 @pytest.mark.slow
