@@ -429,7 +429,7 @@ def table(args) -> None:
         lines.append(f"| {name} | {theirs:.1f} | {mine:.1f} |")
     lines += ["", "Env steps/s: theirs = the median of their own per-update rate (logged `sps`, compile "
               "excluded), one seed per process; ours = summary.json's rate over the whole run (compile "
-              "excluded), all seeds in one process (one lane per core). Compile: ours = summary.json's "
+              "excluded), all seeds in one process (the seeds split over one host device per core). Compile: ours = summary.json's "
               "compile_seconds; theirs = (process start to their first logged update) minus one update at "
               "their steady rate, an estimate (it includes Python start-up and W&B's). Load average at the "
               "end of each run: " + ", ".join(f"{p['load_avg_at_end'][0]:.1f}" for p in peers) + " (theirs), "
