@@ -54,7 +54,9 @@ ENVS = {"snake": ("Snake-v1", "jumanji/Snake-v1"), "game_2048": ("Game2048-v1", 
 # what jumanji.training's config sets per env (jumanji/training/configs/env/<name>.yaml, 1.1.2)
 PEER_BATCH = {"snake": (20, 128), "game_2048": (50, 32), "maze": (10, 128)}  # (n_steps, total_batch_size)
 # the random policy measured as our final evaluation measures (experiments/random_return_nj.py)
-RANDOM = {"snake": {"mean": 6.03, "se": 0.11, "what": "256 episodes, experiments/results/random_return_jumanji_Snake-v1.json"}}
+RANDOM = {"snake": {"mean": 6.03, "se": 0.11, "what": "256 episodes, experiments/results/random_return_jumanji_Snake-v1.json"},
+          "game_2048": {"mean": 1088.4, "se": 33.0,
+                        "what": "256 episodes, experiments/results/random_return_jumanji_Game2048-v1.json"}}
 _LINE = re.compile(r"(Eval Stochastic|Eval Greedy|Train) >> Env Steps: ([0-9.e+]+) \| (.*)$")
 
 
