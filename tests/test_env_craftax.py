@@ -257,3 +257,26 @@ def test_render_frame_and_the_cnn_on_pixels():
     variables = actor.init(jax.random.PRNGKey(0), obs[None])
     out = jax.jit(actor.apply)(variables, jnp.stack([obs, obs]))
     assert out["logits"].shape == (2, 17) and bool(jnp.isfinite(out["logits"]).all())
+
+
+def test_the_rnn_tuned_file_composes_their_ppo_rnn_network():
+    """``tuned=ppo_craftax/Craftax-Classic-Symbolic-v1-rnn`` (experiments/side_by_side_craftax.py --algo
+    ppo_rnn) gives Craftax_Baselines' ActorCriticRNN layers and validates; the plain env=... keeps the MLP."""
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+
+    from purejaxrl_opt.config import from_dictconfig
+
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base=None):
+        rnn = compose(config_name="config", overrides=[
+            "algo=ppo", "env=craftax/Craftax-Classic-Symbolic-v1", "tuned=ppo_craftax/Craftax-Classic-Symbolic-v1-rnn"])
+        mlp = compose(config_name="config", overrides=["algo=ppo", "env=craftax/Craftax-Classic-Symbolic-v1"])
+    run = from_dictconfig(rnn)
+    net = run.network
+    assert (net.hidden_sizes, net.recurrent, net.recurrent_size, net.head_sizes, net.activation) == (
+        (512,), "gru", 512, (512, 512), "relu")
+    assert (run.algo.num_envs, run.algo.num_steps, run.algo.num_minibatches, run.algo.gae_lambda) == (64, 64, 8, 0.8)
+    plain = from_dictconfig(mlp).network
+    assert (plain.hidden_sizes, plain.recurrent, plain.head_sizes) == ((512, 512, 512), "none", ())
