@@ -241,9 +241,8 @@ def eval_ours(run_dir: Path, episodes: int, limit: int) -> dict:
 
 def eval_peer(run_dir: Path, baselines: str, episodes: int, limit: int, seed: int) -> dict:
     import jax
-    from orbax.checkpoint import PyTreeCheckpointer
-
     import jax.numpy as jnp
+    from orbax.checkpoint import PyTreeCheckpointer
 
     sys.path.insert(0, baselines)
 

@@ -53,10 +53,20 @@ ENVS = {"snake": ("Snake-v1", "jumanji/Snake-v1"), "game_2048": ("Game2048-v1", 
         "maze": ("Maze-v0", "jumanji/Maze-v0")}
 # what jumanji.training's config sets per env (jumanji/training/configs/env/<name>.yaml, 1.1.2)
 PEER_BATCH = {"snake": (20, 128), "game_2048": (50, 32), "maze": (10, 128)}  # (n_steps, total_batch_size)
-# the random policy measured as our final evaluation measures (experiments/random_return_nj.py)
-RANDOM = {"snake": {"mean": 6.03, "se": 0.11, "what": "256 episodes, experiments/results/random_return_jumanji_Snake-v1.json"},
-          "game_2048": {"mean": 1088.4, "se": 33.0,
-                        "what": "256 episodes, experiments/results/random_return_jumanji_Game2048-v1.json"}}
+# the random policy measured as our final evaluation measures: experiments/random_return_nj.py's file
+# (uniform over the legal actions), where one was written for the env
+
+
+def random_policy(name: str) -> dict | None:
+    path = ROOT / "experiments" / "results" / f"random_return_jumanji_{ENVS[name][0]}.json"
+    if not path.is_file():
+        return None
+    measured = json.loads(path.read_text())
+    legal = measured["uniform_legal_actions"]
+    return {"mean": legal["mean"], "se": legal["se"],
+            "what": f"{measured['episodes']} episodes, {path.relative_to(ROOT)}"}
+
+
 _LINE = re.compile(r"(Eval Stochastic|Eval Greedy|Train) >> Env Steps: ([0-9.e+]+) \| (.*)$")
 
 
@@ -231,7 +241,7 @@ def main() -> None:
         "eval_episodes": args.eval_episodes, "ours": ours, "theirs": peers,
         "ours_iqm": interval(ours_returns, 1), "theirs_greedy_iqm": interval(peer_greedy, 2) if peers else None,
         "theirs_stochastic_iqm": interval(peer_stochastic, 3) if peers else None,
-        "theirs_env_steps_per_s": peer_rate, "random_policy": RANDOM.get(name),
+        "theirs_env_steps_per_s": peer_rate, "random_policy": random_policy(name),
     }
     (out / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
 
@@ -250,8 +260,8 @@ def main() -> None:
         f"| ours: PPO ({args.ours_eval}) | {', '.join(f'{x:.2f}' for x in ours_returns)} | {fmt(record['ours_iqm'])} | "
         f"{ours['env_steps_per_s']:,.0f} ({len(args.seeds)} seeds in one process; compile {ours['compile_s']:.0f} s "
         "apart) |",
-        *([f"| random policy, uniform over the legal actions | {RANDOM[name]['what']} | "
-            f"{RANDOM[name]['mean']:.2f} ± {RANDOM[name]['se']:.2f} (s.e.) | |"] if name in RANDOM else []),
+        *([f"| random policy, uniform over the legal actions | {rnd['what']} | "
+            f"{rnd['mean']:.2f} ± {rnd['se']:.2f} (s.e.) | |"] if (rnd := record["random_policy"]) else []),
         *([f"| theirs: A2C, Eval Greedy | {', '.join(f'{x:.2f}' for x in peer_greedy)} | "
            f"{fmt(record['theirs_greedy_iqm'])} | {peer_rate:,.0f} (one seed per process, epochs after the "
            "first) |",
