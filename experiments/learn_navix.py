@@ -9,11 +9,11 @@ side, against the random policy measured the same way.
         --steps 500000 --out experiments/results/navix_memory \
         --common env.params.observation=symbolic_first_person \
         --variant mlp network.recurrent=none --variant gru network.recurrent=gru
-    # XLand-MiniGrid's MemoryS8 (agent-centred 3x3 view; remember the object shown at the start):
-    # feed-forward vs GRU, same budget
-    python experiments/learn_navix.py --env xminigrid/MiniGrid-MemoryS8 --seeds 3200 --num-seeds 4 \
-        --out experiments/results/xminigrid_memory_s8 --variant gru network.recurrent=gru \
-        --variant mlp network.recurrent=none
+    # XLand-MiniGrid's MemoryS8 (remember the object shown at the start), the tuned GRU file
+    # conf/tuned/ppo_xminigrid/MiniGrid-MemoryS8.yaml vs the same file feed-forward, same budget
+    python experiments/learn_navix.py --env xminigrid/MiniGrid-MemoryS8 --seeds 3220 --num-seeds 4 \
+        --out experiments/results/xminigrid_memory_s8 --random-episodes 256 --variant gru \
+        --variant mlp network.recurrent=none 'network.head_sizes=[]'
 
 Each ``--variant NAME [OVERRIDES...]`` is one ``python -m purejaxrl_opt.train algo=ppo env=ENV
 seed=S num_seeds=N [total_timesteps=T] COMMON OVERRIDES`` process (seeds vmapped). Navix's reward is

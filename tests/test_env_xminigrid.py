@@ -176,3 +176,32 @@ def test_step_batch_equals_vmapped_step():
     jax.tree_util.tree_map(np.testing.assert_array_equal, both[0], both[1])
     _, (obs, reward, terminated, truncated, final) = both[0]
     assert np.any(terminated) and np.any(truncated)  # both kinds of end happen in the rollout
+
+
+def test_the_memory_tuned_file_composes_the_gru_with_minigrids_view():
+    """``algo=ppo env=xminigrid/MiniGrid-MemoryS8`` picks conf/tuned/ppo_xminigrid/MiniGrid-MemoryS8.yaml: the GRU
+    with a head layer, one-hot cells and MiniGrid's own 7x7 view, which the adapter turns into a [7, 7, 25]
+    observation; the feed-forward comparison (recurrent none, no head layers) validates too."""
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+
+    from purejaxrl_opt.config import from_dictconfig
+
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base=None):
+        gru = compose(config_name="config", overrides=["algo=ppo", "env=xminigrid/MiniGrid-MemoryS8"])
+        mlp = compose(config_name="config", overrides=[
+            "algo=ppo", "env=xminigrid/MiniGrid-MemoryS8", "network.recurrent=none", "network.head_sizes=[]"])
+        trpo = compose(config_name="config", overrides=["algo=trpo", "env=xminigrid/MiniGrid-MemoryS8"])
+    run = from_dictconfig(gru)
+    net = run.network
+    assert (net.hidden_sizes, net.recurrent, net.recurrent_size, net.head_sizes) == ((64,), "gru", 64, (64,))
+    assert dict(run.env.params) == {"one_hot": True, "view_size": 7}
+    assert (run.algo.num_envs, run.algo.num_steps, run.algo.num_minibatches, run.algo.lr) == (64, 64, 8, 5e-4)
+    assert run.total_timesteps == 6_000_000
+    assert (from_dictconfig(mlp).network.recurrent, from_dictconfig(mlp).network.head_sizes) == ("none", ())
+    assert from_dictconfig(trpo).network.recurrent == "none"  # the file is PPO's only
+    env, params = adapter.make("MiniGrid-MemoryS8", dict(run.env.params))
+    obs, _ = env.reset(jax.random.PRNGKey(0), params)
+    assert obs.shape == (7, 7, 25) and obs.dtype == jnp.float32
