@@ -259,9 +259,10 @@ def test_render_frame_and_the_cnn_on_pixels():
     assert out["logits"].shape == (2, 17) and bool(jnp.isfinite(out["logits"]).all())
 
 
-def test_the_rnn_tuned_file_composes_their_ppo_rnn_network():
-    """``tuned=ppo_craftax/Craftax-Classic-Symbolic-v1-rnn`` (experiments/side_by_side_craftax.py --algo
-    ppo_rnn) gives Craftax_Baselines' ActorCriticRNN layers and validates; the plain env=... keeps the MLP."""
+@pytest.mark.parametrize("env_id", ["Craftax-Classic-Symbolic-v1", "Craftax-Symbolic-v1"])
+def test_the_rnn_tuned_file_composes_their_ppo_rnn_network(env_id):
+    """``tuned=ppo_craftax/<env>-rnn`` (experiments/side_by_side_craftax.py --algo ppo_rnn) gives
+    Craftax_Baselines' ActorCriticRNN layers and validates; the plain env=... keeps the MLP."""
     from pathlib import Path
 
     from hydra import compose, initialize_config_dir
@@ -271,10 +272,11 @@ def test_the_rnn_tuned_file_composes_their_ppo_rnn_network():
     conf = Path(__file__).resolve().parents[1] / "conf"
     with initialize_config_dir(config_dir=str(conf), version_base=None):
         rnn = compose(config_name="config", overrides=[
-            "algo=ppo", "env=craftax/Craftax-Classic-Symbolic-v1", "tuned=ppo_craftax/Craftax-Classic-Symbolic-v1-rnn"])
-        mlp = compose(config_name="config", overrides=["algo=ppo", "env=craftax/Craftax-Classic-Symbolic-v1"])
+            "algo=ppo", f"env=craftax/{env_id}", f"tuned=ppo_craftax/{env_id}-rnn"])
+        mlp = compose(config_name="config", overrides=["algo=ppo", f"env=craftax/{env_id}"])
     run = from_dictconfig(rnn)
     net = run.network
+    assert run.env.id == f"craftax/{env_id}"
     assert (net.hidden_sizes, net.recurrent, net.recurrent_size, net.head_sizes, net.activation) == (
         (512,), "gru", 512, (512, 512), "relu")
     assert (run.algo.num_envs, run.algo.num_steps, run.algo.num_minibatches, run.algo.gae_lambda) == (64, 64, 8, 0.8)
