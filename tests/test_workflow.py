@@ -254,6 +254,29 @@ def test_wandb_offline_run_holds_config_history_summary_and_plot(sweep_run):
     assert not any(record.WhichOneof("record_type") == "stats" for record in records)
 
 
+def _update_rows_once_written(out: Path, count: int, timeout: float = 60.0) -> list[dict]:
+    """The history rows with an ``update`` of the one offline W&B log under ``out``, read again until
+    ``count`` of them are on disk or ``timeout`` seconds pass: ``wandb.finish`` returns before W&B's
+    service process has written its buffered records when the machine is loaded (seen once under
+    pytest-xdist on 2 cores: the file there, no rows yet). Fewer rows after the wait fail the test."""
+    from purejaxrl_opt.loggers import read_wandb_history
+
+    def _rows() -> list[dict]:
+        (log,) = out.glob("wandb/offline-run-*/run-*.wandb")
+        return [r for r in read_wandb_history(log) if "update" in r]
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:  # a record still being written can fail to parse: read again
+            rows = _rows()
+            if len(rows) >= count:
+                return rows
+        except Exception:  # noqa: BLE001 - the last read below raises it for real
+            pass
+        time.sleep(0.2)
+    return _rows()
+
+
 def test_wandb_logs_every_nth_update_and_the_last(tmp_path, monkeypatch):
     """``logger.every_updates=3``: the rows of updates 2, 5, 8 and the last (9) reach W&B, each with
     its own values; 0 (auto) logs every update of a run under 1000 updates (the sink is driven with
@@ -277,8 +300,7 @@ def test_wandb_logs_every_nth_update_and_the_last(tmp_path, monkeypatch):
         sink.compiled(1.0)
         sink.progress(metrics, 4, 10, 1.0)  # a chunk boundary between logged updates
         sink.finish(summary, metrics, out)
-        (log,) = out.glob("wandb/offline-run-*/run-*.wandb")
-        rows = [r for r in loggers.read_wandb_history(log) if "update" in r]
+        rows = _update_rows_once_written(out, len(expected))
         assert [r["update"] for r in rows] == expected == [r["_step"] for r in rows]
         assert [r["seed_1/return_mean"] for r in rows] == [10.0 + u for u in expected]
     # a budget spent after update 6 (GRPO): NaN rows after it; update 6 is logged at the end whether
@@ -291,8 +313,7 @@ def test_wandb_logs_every_nth_update_and_the_last(tmp_path, monkeypatch):
         sink.compiled(1.0)
         sink.progress(spent, progress_at, 10, 1.0)
         sink.finish(summary, spent, out)
-        (log,) = out.glob("wandb/offline-run-*/run-*.wandb")
-        assert [r["update"] for r in loggers.read_wandb_history(log) if "update" in r] == [2, 5, 6]
+        assert [r["update"] for r in _update_rows_once_written(out, 3)] == [2, 5, 6]
     with pytest.raises(ConfigError, match="logger.every_updates"):
         loggers.make_loggers({"kind": "wandb", "every_updates": -1}, "off")
 
