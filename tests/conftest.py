@@ -34,6 +34,18 @@ import pytest  # noqa: E402
 from purejaxrl_opt.config import EnvConfig, PPOConfig, RunConfig  # noqa: E402
 
 
+def compose(*overrides: str):
+    """The training CLI's config (conf/config.yaml with ``overrides``) as Hydra composes it, unvalidated."""
+    from pathlib import Path
+
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base=None):
+        return hydra_compose(config_name="config", overrides=list(overrides))
+
+
 def small_run(algo=None, env_id="CartPole-v1", **run_kwargs) -> RunConfig:
     run = RunConfig(algo=algo or PPOConfig(), env=EnvConfig(id=env_id), **run_kwargs)
     run.validate()

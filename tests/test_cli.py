@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from purejaxrl_opt.config import ConfigError, EnvConfig, PPOConfig, RunConfig, from_dictconfig
+from tests.conftest import compose
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,14 +21,6 @@ def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
 
 # A CLI run's artifacts (summary.json, metrics.csv, the resolved config, the console lines) are checked
 # on the uninterrupted CLI run of tests/test_workflow.py (test_a_cli_run_writes_its_artifacts).
-
-
-def compose(*overrides: str):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-        return hydra_compose(config_name="config", overrides=list(overrides))
 
 
 @pytest.mark.parametrize("override, fragment", [

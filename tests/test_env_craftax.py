@@ -263,17 +263,11 @@ def test_render_frame_and_the_cnn_on_pixels():
 def test_the_rnn_tuned_file_composes_their_ppo_rnn_network(env_id):
     """``tuned=ppo_craftax/<env>-rnn`` (experiments/side_by_side_craftax.py --algo ppo_rnn) gives
     Craftax_Baselines' ActorCriticRNN layers and validates; the plain env=... keeps the MLP."""
-    from pathlib import Path
-
-    from hydra import compose, initialize_config_dir
-
     from purejaxrl_opt.config import from_dictconfig
+    from tests.conftest import compose
 
-    conf = Path(__file__).resolve().parents[1] / "conf"
-    with initialize_config_dir(config_dir=str(conf), version_base=None):
-        rnn = compose(config_name="config", overrides=[
-            "algo=ppo", f"env=craftax/{env_id}", f"tuned=ppo_craftax/{env_id}-rnn"])
-        mlp = compose(config_name="config", overrides=["algo=ppo", f"env=craftax/{env_id}"])
+    rnn = compose("algo=ppo", f"env=craftax/{env_id}", f"tuned=ppo_craftax/{env_id}-rnn")
+    mlp = compose("algo=ppo", f"env=craftax/{env_id}")
     run = from_dictconfig(rnn)
     net = run.network
     assert run.env.id == f"craftax/{env_id}"

@@ -182,18 +182,12 @@ def test_the_memory_tuned_file_composes_the_gru_with_minigrids_view():
     """``algo=ppo env=xminigrid/MiniGrid-MemoryS8`` picks conf/tuned/ppo_xminigrid/MiniGrid-MemoryS8.yaml: the GRU
     with a head layer, one-hot cells and MiniGrid's own 7x7 view, which the adapter turns into a [7, 7, 25]
     observation; the feed-forward comparison (recurrent none, no head layers) validates too."""
-    from pathlib import Path
-
-    from hydra import compose, initialize_config_dir
-
     from purejaxrl_opt.config import from_dictconfig
+    from tests.conftest import compose
 
-    conf = Path(__file__).resolve().parents[1] / "conf"
-    with initialize_config_dir(config_dir=str(conf), version_base=None):
-        gru = compose(config_name="config", overrides=["algo=ppo", "env=xminigrid/MiniGrid-MemoryS8"])
-        mlp = compose(config_name="config", overrides=[
-            "algo=ppo", "env=xminigrid/MiniGrid-MemoryS8", "network.recurrent=none", "network.head_sizes=[]"])
-        trpo = compose(config_name="config", overrides=["algo=trpo", "env=xminigrid/MiniGrid-MemoryS8"])
+    gru = compose("algo=ppo", "env=xminigrid/MiniGrid-MemoryS8")
+    mlp = compose("algo=ppo", "env=xminigrid/MiniGrid-MemoryS8", "network.recurrent=none", "network.head_sizes=[]")
+    trpo = compose("algo=trpo", "env=xminigrid/MiniGrid-MemoryS8")
     run = from_dictconfig(gru)
     net = run.network
     assert (net.hidden_sizes, net.recurrent, net.recurrent_size, net.head_sizes) == ((64,), "gru", 64, (64,))
