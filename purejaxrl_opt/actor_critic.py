@@ -18,7 +18,7 @@ backpropagation through time over ``num_steps``) and minibatches are sets of env
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -29,7 +29,7 @@ from purejaxrl_opt.collectives import DataAxis
 from purejaxrl_opt.config import RunConfig
 from purejaxrl_opt.distributions import Distribution, for_spec
 from purejaxrl_opt.envs import EnvSpec
-from purejaxrl_opt.policies import Policy, ValueFunction, make_policy, make_value, replay
+from purejaxrl_opt.policies import Policy, ValueFunction, make_policy, make_value, replay, shared_apply
 
 
 class Transitions(struct.PyTreeNode):
@@ -85,14 +85,22 @@ class Networks(NamedTuple):
 
     ``actor_apply`` / ``critic_apply`` take what an update has: observations ``[B, *obs]`` for MLP/CNN
     networks, the rollout's :class:`Sequences` (replayed from their start states) for recurrent ones.
+    A run's parameters are ``{"actor": ..., "critic": ...}``; with ``network.shared`` the actor's are the
+    whole shared network and the critic's are empty (:meth:`critic_params` gives what the critic reads).
     """
 
     policy: Policy  # recurrent networks: with its Recurrence
     value: ValueFunction
+    # network.shared: (params, inputs) -> (distribution parameters, values), one pass of the trunk
+    both: Callable | None = None
 
     @property
     def recurrent(self) -> bool:
         return self.policy.recurrence is not None
+
+    @property
+    def shared(self) -> bool:
+        return self.both is not None
 
     def actor_apply(self, params, inputs):
         return replay_actor(self.policy, params, inputs) if self.recurrent else self.policy.apply(params, inputs)
@@ -100,11 +108,28 @@ class Networks(NamedTuple):
     def critic_apply(self, params, inputs):
         return replay_critic(self.value, params, inputs) if self.recurrent else self.value.apply(params, inputs)
 
+    def init_critic(self, key: jax.Array):
+        """The critic's own parameters: none (``{}``) when it shares the actor's network."""
+        return {} if self.shared else self.value.init(key)
+
+    def critic_params(self, params: dict):
+        """What the critic reads of a run's ``{"actor": ..., "critic": ...}``."""
+        return params["actor"] if self.shared else params["critic"]
+
+    def actor_critic_apply(self, params: dict, inputs):
+        """``(distribution parameters, values)`` for ``inputs`` under a run's parameters: one pass of a
+        shared trunk, or the actor's and the critic's networks in turn."""
+        if self.shared:
+            return self.both(params["actor"], inputs)
+        return self.actor_apply(params["actor"], inputs), self.critic_apply(params["critic"], inputs)
+
 
 def make_networks(spec: EnvSpec, net) -> Networks:
     """The actor and critic for ``spec`` from ``network.*`` (:func:`policies.make_policy` /
-    :func:`policies.make_value`: MLP, CNN, GRU/LSTM or transformer)."""
-    return Networks(make_policy(spec, net), make_value(spec, net))
+    :func:`policies.make_value`: MLP, CNN, GRU/LSTM or transformer; ``network.shared``: the two heads of
+    one network, :func:`policies.shared_apply`)."""
+    both = shared_apply(spec, net) if net.shared else None
+    return Networks(make_policy(spec, net), make_value(spec, net), both)
 
 
 class Experience(NamedTuple):
@@ -168,7 +193,7 @@ class ActorCriticStage:
         if self.recurrent:
             carry = carry._replace(memory=self.policy.recurrence.zero((num_envs,)),
                                    critic_memory=self.value.recurrence.zero((num_envs,)))
-        return InitialParts(self.policy.init(actor_key), self.value.init(critic_key), carry, obs_norm, key,
+        return InitialParts(self.policy.init(actor_key), self.networks.init_critic(critic_key), carry, obs_norm, key,
                             reward_norm)
 
     def experience(self, actor_params, critic_params, obs_norm, carry: rollout.EnvCarry, key: jax.Array,

@@ -103,6 +103,9 @@ class NetworkConfig:
     # hidden layers between the recurrent cell and each output layer (recurrent networks only; empty: the
     # output layer reads the cell's state). Craftax_Baselines' ppo_rnn.py: two 512 layers per head.
     head_sizes: tuple[int, ...] = ()
+    # one torso (and recurrent cell) for actor and critic, each with its own head (head_sizes, then the
+    # output layer); PPO only. Craftax_Baselines' ppo_rnn.py shares its embedding and GRU this way.
+    shared: bool = False
     # per-backend implementations (purejaxrl_opt/implementations.py), auto = the fast one for the
     # backend: conv torso patch (im2col matmul, CPU) | lax (flax Conv: cuDNN on GPU, TPU);
     # recurrent cell's derivative fused (hand-arranged scan JVP, CPU) | autodiff (GPU, TPU)
@@ -139,8 +142,15 @@ class NetworkConfig:
         positive(f"{prefix}.recurrent_size", self.recurrent_size)
         _check(all(h > 0 for h in self.head_sizes), f"{prefix}.head_sizes", list(self.head_sizes),
                "a list of positive ints")
-        _check(not self.head_sizes or self.recurrent != "none", f"{prefix}.head_sizes", list(self.head_sizes),
-               "[] with network.recurrent=none (a feed-forward network's layers are hidden_sizes)")
+        _check(not self.head_sizes or self.recurrent != "none" or self.shared, f"{prefix}.head_sizes",
+               list(self.head_sizes), "[] with network.recurrent=none and network.shared=false (a feed-forward "
+               "network's layers are hidden_sizes)")
+        _check(isinstance(self.shared, bool), f"{prefix}.shared", self.shared, "true or false")
+        if self.shared:
+            _check(self.kind == "mlp", f"{prefix}.shared", self.shared,
+                   "false with network.kind=transformer (the shared trunk is the MLP/CNN torso and recurrent cell)")
+            _check(self.critic_hidden_sizes is None, f"{prefix}.critic_hidden_sizes",
+                   list(self.critic_hidden_sizes or ()), "null with network.shared=true (one torso for both)")
         from purejaxrl_opt.implementations import CONV_IMPLS, RECURRENT_GRADS
 
         one_of(f"{prefix}.conv_impl", self.conv_impl, CONV_IMPLS)
@@ -477,6 +487,10 @@ class RunConfig:
                f"false for {self.algo.name} (it scales a critic's targets: PPO and TRPO only; GRPO's "
                "group z-scores already normalise its outcomes)")
         self.network.validate("network")
+        _check(not self.network.shared or self.algo.name == "ppo", "network.shared", self.network.shared,
+               f"false for {self.algo.name} (a trunk shared by actor and critic is trained by one loss: PPO "
+               "only; TRPO steps the policy alone by its natural gradient and fits the critic apart, GRPO has "
+               "no critic)")
         self.algo.validate(self.algo.name, self)
 
 

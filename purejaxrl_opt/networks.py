@@ -1,8 +1,10 @@
 """Flax modules: actor heads (categorical, diagonal Gaussian) and critic, on an MLP or CNN torso.
 
 Actor and critic are separate modules with separate parameters (``{"actor": ..., "critic": ...}``) so
-that TRPO can step the policy alone and GRPO can drop the critic. Inputs are ``[..., *obs_shape]``
-with any number of leading batch axes.
+that TRPO can step the policy alone and GRPO can drop the critic. PPO can also share the torso (and the
+recurrent cell) between them (``network.shared``: :class:`ActorCritic`, :class:`RecurrentActorCritic`,
+two heads on one trunk, as Craftax_Baselines' ``ppo_rnn.py`` or CleanRL's Atari PPO). Inputs are
+``[..., *obs_shape]`` with any number of leading batch axes.
 """
 
 from __future__ import annotations
@@ -163,6 +165,70 @@ class Critic(nn.Module):
         x = Torso(len(self.spec.obs_shape), self.net.critic_sizes, self.net.activation,
                   self.net.cnn_channels, self.net.conv_impl)(obs)
         return _dense(1, 1.0)(x)[..., 0]
+
+
+class Heads(nn.Module):
+    """The actor's and the critic's heads on one trunk's features ``[..., F]`` (``network.shared``): each
+    is the hidden layers ``network.head_sizes`` (activation ``network.activation``) then its output layer
+    (actor: scale 0.01, and a state-free ``log_std`` for continuous actions; critic: scale 1)."""
+
+    spec: EnvSpec
+    net: NetworkConfig
+
+    def setup(self):
+        self.actor_layers = [_dense(size, np.sqrt(2)) for size in self.net.head_sizes]
+        self.actor_out = _dense(self.spec.num_actions, 0.01)
+        if not self.spec.discrete:
+            self.log_std = self.param("log_std", nn.initializers.constant(self.net.log_std_init),
+                                      (self.spec.num_actions,))
+        self.critic_layers = [_dense(size, np.sqrt(2)) for size in self.net.head_sizes]
+        self.critic_out = _dense(1, 1.0)
+
+    def _hidden(self, layers, x: jnp.ndarray) -> jnp.ndarray:
+        act = ACTIVATIONS[self.net.activation]
+        for layer in layers:
+            x = act(layer(x))
+        return x
+
+    def actor(self, x: jnp.ndarray) -> dict[str, jnp.ndarray]:
+        out = self.actor_out(self._hidden(self.actor_layers, x))
+        if self.spec.discrete:
+            return {"logits": out}
+        return {"mean": out, "log_std": jnp.broadcast_to(self.log_std, out.shape)}
+
+    def critic(self, x: jnp.ndarray) -> jnp.ndarray:
+        return self.critic_out(self._hidden(self.critic_layers, x))[..., 0]
+
+    def __call__(self, x: jnp.ndarray):
+        return self.actor(x), self.critic(x)
+
+
+class ActorCritic(nn.Module):
+    """Actor and critic on one (conv +) MLP torso (``network.shared``, feed-forward): ``actor(obs)``
+    (distribution parameters, illegal actions masked), ``critic(obs)`` (values) and ``__call__(obs)``
+    (both from one pass of the torso)."""
+
+    spec: EnvSpec
+    net: NetworkConfig
+
+    def setup(self):
+        self.torso = Torso(len(self.spec.obs_shape), self.net.hidden_sizes, self.net.activation,
+                           self.net.cnn_channels, self.net.conv_impl)
+        self.heads = Heads(self.spec, self.net)
+
+    def actor(self, obs: jnp.ndarray) -> dict[str, jnp.ndarray]:
+        return _masked_out(self.spec, self.heads.actor(self.torso(obs)), obs)
+
+    def critic(self, obs: jnp.ndarray) -> jnp.ndarray:
+        return self.heads.critic(self.torso(obs))
+
+    def __call__(self, obs: jnp.ndarray):
+        out, value = self.heads(self.torso(obs))
+        return _masked_out(self.spec, out, obs), value
+
+
+def _masked_out(spec: EnvSpec, out: dict, obs: jnp.ndarray) -> dict:
+    return dict(out, logits=masked(spec, out["logits"], obs)) if spec.discrete else out
 
 
 # --------------------------------------------------------------------------- recurrent (GRU / LSTM)
@@ -326,7 +392,6 @@ class _RecurrentNetwork(nn.Module):
         self.torso = Torso(len(self.spec.obs_shape), sizes, self.net.activation,
                            self.net.cnn_channels, self.net.conv_impl)
         self.cell = RecurrentCell(self.net.recurrent, self.net.recurrent_size)
-        self.head_layers = [_dense(size, np.sqrt(2)) for size in self.net.head_sizes]
         self.setup_head()
 
     def head_hidden(self, h: jnp.ndarray) -> jnp.ndarray:
@@ -350,6 +415,7 @@ class RecurrentActor(_RecurrentNetwork):
     """Recurrent policy: ``(memory, obs) -> (memory, distribution parameters)`` per step."""
 
     def setup_head(self):
+        self.head_layers = [_dense(size, np.sqrt(2)) for size in self.net.head_sizes]
         self.out = _dense(self.spec.num_actions, 0.01)
         if not self.spec.discrete:
             self.log_std = self.param("log_std", nn.initializers.constant(self.net.log_std_init),
@@ -368,10 +434,29 @@ class RecurrentCritic(_RecurrentNetwork):
     critic: bool = True
 
     def setup_head(self):
+        self.head_layers = [_dense(size, np.sqrt(2)) for size in self.net.head_sizes]
         self.out = _dense(1, 1.0)
 
     def head(self, h: jnp.ndarray) -> jnp.ndarray:
         return self.out(self.head_hidden(h))[..., 0]
+
+
+class RecurrentActorCritic(_RecurrentNetwork):
+    """Actor and critic on one torso and recurrent cell (``network.shared``, recurrent): one hidden
+    state, then :class:`Heads`. ``head(h)`` is both outputs, ``actor_head(h)`` / ``critic_head(h)`` one
+    each (logits unmasked: the policy's ``Recurrence.finish`` masks them)."""
+
+    def setup_head(self):
+        self.heads = Heads(self.spec, self.net)
+
+    def head(self, h: jnp.ndarray):
+        return self.heads(h)
+
+    def actor_head(self, h: jnp.ndarray) -> dict[str, jnp.ndarray]:
+        return self.heads.actor(h)
+
+    def critic_head(self, h: jnp.ndarray) -> jnp.ndarray:
+        return self.heads.critic(h)
 
 
 def count_params(params) -> int:

@@ -206,43 +206,82 @@ def token_env_ids() -> tuple[str, ...]:
 
 
 # --------------------------------------------------------------------------- MLP (and CNN)
-def mlp_policy(spec: EnvSpec, net: NetworkConfig) -> Policy:
-    from purejaxrl_opt.networks import Actor
+def _feed_forward(spec: EnvSpec, net: NetworkConfig, outputs: str) -> tuple[Callable, Callable]:
+    """``(init, apply(params, obs))`` of the feed-forward network giving ``outputs`` (``"policy"``,
+    ``"value"``; ``network.shared``: also ``"both"``), from :class:`networks.Actor` /
+    :class:`networks.Critic`, or the one :class:`networks.ActorCritic` with ``network.shared``."""
+    from purejaxrl_opt.networks import Actor, ActorCritic, Critic
 
-    actor = Actor(spec, net)
+    if net.shared:
+        module = ActorCritic(spec, net)
+        method = {"policy": "actor", "value": "critic", "both": "__call__"}[outputs]
+        apply = partial(module.apply, method=method)
+    else:
+        module = (Actor if outputs == "policy" else Critic)(spec, net)
+        apply = module.apply
 
     def init(key):
-        return actor.init(key, jnp.zeros((1,) + spec.obs_shape, jnp.float32))
+        return module.init(key, jnp.zeros((1,) + spec.obs_shape, jnp.float32))
+
+    return init, apply
+
+
+def mlp_policy(spec: EnvSpec, net: NetworkConfig) -> Policy:
+    init, apply = _feed_forward(spec, net, "policy")
 
     def start(params, obs):
-        return None, actor.apply(params, obs)
+        return None, apply(params, obs)
 
     def advance(params, carry, action, next_obs):
-        return None, actor.apply(params, next_obs)
+        return None, apply(params, next_obs)
 
     def episode_apply(params, obs, action):
-        return actor.apply(params, obs)
+        return apply(params, obs)
 
-    return Policy(init, actor.apply, start, advance, episode_apply)
+    return Policy(init, apply, start, advance, episode_apply)
 
 
 def mlp_value(spec: EnvSpec, net: NetworkConfig) -> ValueFunction:
-    from purejaxrl_opt.networks import Critic
+    init, apply = _feed_forward(spec, net, "value")
+    return ValueFunction(init, apply, lambda params, obs, action: apply(params, obs))
 
-    critic = Critic(spec, net)
 
-    def init(key):
-        return critic.init(key, jnp.zeros((1,) + spec.obs_shape, jnp.float32))
+def shared_apply(spec: EnvSpec, net: NetworkConfig) -> Callable:
+    """``network.shared``: ``(params, inputs) -> (distribution parameters, values)`` from one pass of
+    the shared trunk. Feed-forward: ``inputs`` are observations ``[..., *obs]``; recurrent: a rollout's
+    env sequences (actor_critic.Sequences, ``[N, T]`` leaves) replayed from their start states (the
+    actor's: the one hidden state), outputs ``[N, T, ...]``."""
+    if not net.is_recurrent:
+        return _feed_forward(spec, net, "both")[1]
+    from purejaxrl_opt.networks import RecurrentActorCritic
 
-    return ValueFunction(init, critic.apply, lambda params, obs, action: critic.apply(params, obs))
+    _, recurrence = _recurrence(RecurrentActorCritic(spec, net), spec, net, "both")
+
+    def apply(params, seq):
+        _, out, _ = replay(recurrence, params, seq.actor_start, jnp.swapaxes(seq.obs, 0, 1),
+                           jnp.swapaxes(seq.done, 0, 1))
+        return jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), out)
+
+    return apply
 
 
 # --------------------------------------------------------------------------- recurrent (GRU / LSTM)
-def _recurrence(module, spec: EnvSpec, net: NetworkConfig, actor: bool = False) -> tuple[Callable, Recurrence]:
+def _recurrence(module, spec: EnvSpec, net: NetworkConfig, outputs: str = "value",
+                head: str = "head") -> tuple[Callable, Recurrence]:
+    """``(init, Recurrence)`` of a recurrent module whose ``head`` method (``head``) gives ``outputs``:
+    ``"policy"`` (distribution parameters: the illegal actions' logits are masked here), ``"value"`` or
+    ``"both"`` (``(distribution parameters, values)``, a shared network's two heads)."""
     from purejaxrl_opt.networks import masked, zero_memory
 
-    def finish(out, obs):  # the actor's logits with the illegal actions masked (networks.masked)
-        return dict(out, logits=masked(spec, out["logits"], obs)) if actor and spec.action_mask else out
+    def mask(out, obs):  # the actor's logits with the illegal actions masked (networks.masked)
+        return dict(out, logits=masked(spec, out["logits"], obs))
+
+    if not spec.action_mask or outputs == "value":
+        finish = lambda out, obs: out  # noqa: E731
+    elif outputs == "policy":
+        finish = mask
+    else:
+        finish = lambda out, obs: (mask(out[0], obs), out[1])  # noqa: E731
 
     def init(key):
         return module.init(key, zero_memory(net, (1,)), jnp.zeros((1,) + spec.obs_shape, jnp.float32))
@@ -252,7 +291,7 @@ def _recurrence(module, spec: EnvSpec, net: NetworkConfig, actor: bool = False) 
         zero=lambda batch_shape: zero_memory(net, batch_shape),
         embed=lambda params, obs: module.apply(params, obs, method="embed"),
         core=lambda params, memory, x: module.apply(params, memory, x, method="core"),
-        head=lambda params, h: module.apply(params, h, method="head"),
+        head=lambda params, h: module.apply(params, h, method=head),
         sequence=lambda params, memory, x, done: scan(
             net.recurrent, params["params"]["cell"]["recurrent_kernel"],
             params["params"]["cell"].get("recurrent_bias"), memory, x, done),
@@ -273,9 +312,12 @@ def _episodes(recurrence: Recurrence, spec: EnvSpec, params, obs: jnp.ndarray):
 
 
 def recurrent_policy(spec: EnvSpec, net: NetworkConfig) -> Policy:
-    from purejaxrl_opt.networks import RecurrentActor
+    from purejaxrl_opt.networks import RecurrentActor, RecurrentActorCritic
 
-    init, recurrence = _recurrence(RecurrentActor(spec, net), spec, net, actor=True)
+    if net.shared:
+        init, recurrence = _recurrence(RecurrentActorCritic(spec, net), spec, net, "policy", "actor_head")
+    else:
+        init, recurrence = _recurrence(RecurrentActor(spec, net), spec, net, "policy")
 
     def start(params, obs):
         return recurrence.step(params, recurrence.zero(_batch_shape(spec, obs)), obs)
@@ -288,9 +330,12 @@ def recurrent_policy(spec: EnvSpec, net: NetworkConfig) -> Policy:
 
 
 def recurrent_value(spec: EnvSpec, net: NetworkConfig) -> ValueFunction:
-    from purejaxrl_opt.networks import RecurrentCritic
+    from purejaxrl_opt.networks import RecurrentActorCritic, RecurrentCritic
 
-    init, recurrence = _recurrence(RecurrentCritic(spec, net), spec, net)
+    if net.shared:
+        init, recurrence = _recurrence(RecurrentActorCritic(spec, net), spec, net, "value", "critic_head")
+    else:
+        init, recurrence = _recurrence(RecurrentCritic(spec, net), spec, net)
 
     def apply(params, obs):
         return recurrence.step(params, recurrence.zero(_batch_shape(spec, obs)), obs)[1]

@@ -26,7 +26,7 @@ METRICS = ("return_mean", "episode_length", "episodes", "policy_loss", "value_lo
 
 @struct.dataclass
 class PPOState:
-    params: dict  # {"actor": ..., "critic": ...}
+    params: dict  # {"actor": ..., "critic": ...} (network.shared: the critic's are {}, see Networks)
     opt_state: Any
     env: rollout.EnvCarry
     obs_norm: envs.ObsNormState | None
@@ -64,17 +64,16 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
         # recurrent: mb is Sequences ([M, T] leaves), replayed from their start states; every term is
         # elementwise, then a plain mean
         inputs = mb if networks.recurrent else mb.obs
-        dist_params = networks.actor_apply(params["actor"], inputs)
+        dist_params, values = networks.actor_critic_apply(params, inputs)
         log_prob = dist.log_prob(dist_params, mb.action)
         advantages = (losses.normalize(mb.advantages, axis_name=axis_name) if cfg.normalize_advantages
                       else mb.advantages)
-        values = networks.critic_apply(params["critic"], inputs)
         return losses.ppo_objective(log_prob, mb.log_prob_old, advantages, values, mb.value_old, mb.returns,
                                     dist.entropy(dist_params), hparams, cfg.clip_value, jnp.mean)
 
     def update(state: PPOState, hparams, update_idx):
         key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
-        experience = stage.experience(state.params["actor"], state.params["critic"], state.obs_norm,
+        experience = stage.experience(state.params["actor"], networks.critic_params(state.params), state.obs_norm,
                                       state.env, rollout_key, hparams, state.reward_norm)
         learning_rate = annealed(hparams["lr"], update_idx, num_updates, cfg.anneal_lr)
         flat_params, unravel = ravel_pytree(state.params)
