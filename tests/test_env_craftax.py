@@ -262,7 +262,8 @@ def test_render_frame_and_the_cnn_on_pixels():
 @pytest.mark.parametrize("env_id", ["Craftax-Classic-Symbolic-v1", "Craftax-Symbolic-v1"])
 def test_the_rnn_tuned_file_composes_their_ppo_rnn_network(env_id):
     """``tuned=ppo_craftax/<env>-rnn`` (experiments/side_by_side_craftax.py --algo ppo_rnn) gives
-    Craftax_Baselines' ActorCriticRNN layers and validates; the plain env=... keeps the MLP."""
+    Craftax_Baselines' ActorCriticRNN network (their parameter count) and validates; the plain env=...
+    keeps the MLP."""
     from purejaxrl_opt.config import from_dictconfig
     from tests.conftest import compose
 
@@ -275,4 +276,21 @@ def test_the_rnn_tuned_file_composes_their_ppo_rnn_network(env_id):
         (512,), "gru", 512, (512, 512), "relu")
     assert (run.algo.num_envs, run.algo.num_steps, run.algo.num_minibatches, run.algo.gae_lambda) == (64, 64, 8, 0.8)
     plain = from_dictconfig(mlp).network
-    assert (plain.hidden_sizes, plain.recurrent, plain.head_sizes) == ((512, 512, 512), "none", ())
+    assert (plain.hidden_sizes, plain.recurrent, plain.head_sizes, plain.shared) == ((512, 512, 512), "none", (), False)
+    # one embedding and GRU under two heads (network.shared), as their ActorCriticRNN: its parameter
+    # count from their layers (flax GRUCell: input-side kernels and biases for r, z, n; hidden-side
+    # kernels, a bias on n only), for this env's observation width
+    assert net.shared
+    from purejaxrl_opt import envs
+    from purejaxrl_opt.actor_critic import make_networks
+    from purejaxrl_opt.networks import count_params
+
+    _, _, spec = envs.make(run.env.id, run.env.params)
+    networks = make_networks(spec, net)
+    width, (obs_dim,) = 512, spec.obs_shape
+    gru = 3 * (width * width + width) + 2 * width * width + (width * width + width)
+    head = 2 * (width * width + width)
+    theirs = (obs_dim * width + width) + gru + head + (width * spec.num_actions + spec.num_actions) + head + (width + 1)
+    params = jax.eval_shape(networks.policy.init, jax.random.PRNGKey(0))
+    assert count_params(params) == theirs, (count_params(params), theirs)
+    assert networks.init_critic(jax.random.PRNGKey(0)) == {}
