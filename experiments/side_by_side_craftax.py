@@ -72,12 +72,12 @@ ALGOS = {"ppo": {"script": "ppo.py", "dir_suffix": "", "tuned_suffix": "", "labe
          "ppo_rnn": {"script": "ppo_rnn.py", "dir_suffix": "_rnn", "tuned_suffix": "-rnn", "label": "PPO-GRU"}}
 
 
-def select_env(name: str, algo: str = "ppo") -> None:
+def select_env(name: str, algo: str = "ppo", results: str | None = None) -> None:
     """Point the module's constants (ENV, ALGO, RESULTS, NUM_ACHIEVEMENTS, MAX_RETURN) at ``name`` and
-    ``algo``: one env and algorithm per process, set from --env / --algo in main()."""
+    ``algo``: one env and algorithm per process, set from --env / --algo (and --results) in main()."""
     global ENV, ALGO, RESULTS, NUM_ACHIEVEMENTS, MAX_RETURN
     ENV, ALGO = name, algo
-    RESULTS = ROOT / "experiments" / "results" / (SPECS[name]["results"] + ALGOS[algo]["dir_suffix"])
+    RESULTS = ROOT / "experiments" / "results" / (results or SPECS[name]["results"] + ALGOS[algo]["dir_suffix"])
     NUM_ACHIEVEMENTS, MAX_RETURN = SPECS[name]["achievements"], SPECS[name]["max_return"]
 
 
@@ -457,9 +457,11 @@ def main() -> None:
     parser.add_argument("--fraction", type=float, default=0.1)
     parser.add_argument("--baselines", default="/work/peers/Craftax_Baselines")
     parser.add_argument("--work", default=None, help="run dirs (default: per env, outside the project)")
+    parser.add_argument("--results", default=None,
+                        help="table's dir under experiments/results/ (default: per env and algorithm)")
     parser.add_argument("--commit", default=None)
     args = parser.parse_args()
-    select_env(args.env, args.algo)
+    select_env(args.env, args.algo, args.results)
     args.work = args.work or SPECS[args.env]["work"] + ALGOS[args.algo]["dir_suffix"]
     if args.what == "peer":
         run_peer(args)
