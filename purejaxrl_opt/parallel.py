@@ -108,6 +108,12 @@ def make_layout(settings: ParallelSettings, run, num_lanes: int, devices=None) -
                 raise ConfigError(f"parallel.data = {data}: the per-device batch "
                                   f"num_envs/data*num_steps = {local_batch} is not divisible by "
                                   f"{run.algo.name}.{field} = {minibatches}")
+            # recurrent networks: a minibatch is whole env sequences, cut from each device's own envs
+            if minibatches and run.network.is_recurrent and (num_envs // data) % minibatches:
+                raise ConfigError(f"parallel.data = {data} with network.recurrent={run.network.recurrent}: "
+                                  f"each device's num_envs/data = {num_envs // data} envs are cut into "
+                                  f"{run.algo.name}.{field} = {minibatches} minibatches of whole env "
+                                  f"sequences, so {field} must divide {num_envs // data}")
     rows = lane_rows(num_lanes, n // data) if settings.lanes == "auto" else 1
     used = devices[: rows * data]
     mesh = Mesh(np.asarray(used, dtype=object).reshape(rows, data), (LANES, DATA))

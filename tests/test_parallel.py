@@ -113,7 +113,7 @@ CHECKS = {
     "layouts": """
         import tempfile
         from purejaxrl_opt import parallel, runner
-        from purejaxrl_opt.config import ConfigError, PPOConfig
+        from purejaxrl_opt.config import ConfigError, NetworkConfig, PPOConfig
         from tests.conftest import small_run
         run = small_run(PPOConfig(num_envs=4, num_steps=32, num_minibatches=2, update_epochs=2), num_seeds=2)
         # auto: the largest number of equal lane blocks that fits the devices (per data group)
@@ -126,7 +126,11 @@ CHECKS = {
                 (run, parallel.ParallelSettings("auto", 8), "only 4 device"),
                 (run, parallel.ParallelSettings("auto", 3), "does not divide the 4 devices"),
                 (small_run(PPOConfig(num_envs=6), num_seeds=2), parallel.ParallelSettings("off", 4),
-                 "num_envs")]:
+                 "num_envs"),
+                # recurrent: minibatches of whole env sequences from each device's 2 envs, not 4
+                (small_run(PPOConfig(num_envs=4, num_minibatches=4), num_seeds=2,
+                           network=NetworkConfig(recurrent="gru")), parallel.ParallelSettings("auto", 2),
+                 "num_minibatches must divide 2")]:
             try:
                 runner.execute(bad, tempfile.mkdtemp(), parallel=settings)
             except ConfigError as error:
