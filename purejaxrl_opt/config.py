@@ -100,8 +100,9 @@ class NetworkConfig:
     # recurrent cell between the torso and the heads of actor and critic (kind=mlp): none | gru | lstm
     recurrent: str = "none"
     recurrent_size: int = 64  # hidden state width of the recurrent cell
-    # hidden layers between the recurrent cell and each output layer (recurrent networks only; empty: the
-    # output layer reads the cell's state). Craftax_Baselines' ppo_rnn.py: two 512 layers per head.
+    # hidden layers before each output layer, after the recurrent cell or the shared torso (recurrent or
+    # shared networks; empty: the output layer reads the cell's state / the torso). Craftax_Baselines'
+    # ppo_rnn.py: two 512 layers per head.
     head_sizes: tuple[int, ...] = ()
     # one torso (and recurrent cell) for actor and critic, each with its own head (head_sizes, then the
     # output layer); PPO only. Craftax_Baselines' ppo_rnn.py shares its embedding and GRU this way.
