@@ -35,11 +35,14 @@ _FENCE = re.compile(r"^ {0,3}(```|~~~).*?^ {0,3}\1[ \t]*$", re.M | re.S)
 
 
 def commit() -> str:
-    """The checked-out commit, ``+dirty`` when tracked files have uncommitted changes."""
+    """The checked-out commit, ``+dirty`` when tracked files outside ``experiments/results/`` have
+    uncommitted changes: the mark is for code and configs that differ from the commit, not for the
+    results an experiment (or an earlier step of it, e.g. a report over per-run files) writes there."""
     try:
         head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)experiments/results"], cwd=ROOT,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
