@@ -136,6 +136,20 @@ def masked(spec: EnvSpec, logits: jnp.ndarray, obs: jnp.ndarray) -> jnp.ndarray:
     return mask_logits(logits, action_mask_of(spec, obs))
 
 
+def _log_std(module: nn.Module, spec: EnvSpec, net: NetworkConfig) -> jnp.ndarray:
+    """A continuous policy's state-free ``log_std [A]`` parameter of ``module`` (initial
+    ``network.log_std_init``)."""
+    return module.param("log_std", nn.initializers.constant(net.log_std_init), (spec.num_actions,))
+
+
+def _distribution(spec: EnvSpec, out: jnp.ndarray, log_std) -> dict[str, jnp.ndarray]:
+    """Distribution parameters of an output layer's ``out [..., A]``: categorical logits, or a
+    diagonal Gaussian's mean with ``log_std`` broadcast to it."""
+    if spec.discrete:
+        return {"logits": out}
+    return {"mean": out, "log_std": jnp.broadcast_to(log_std, out.shape)}
+
+
 class Actor(nn.Module):
     """Policy network: observation -> distribution parameters (see distributions.py)."""
 
@@ -149,9 +163,7 @@ class Actor(nn.Module):
         out = _dense(self.spec.num_actions, 0.01)(x)
         if self.spec.discrete:
             return {"logits": masked(self.spec, out, obs)}
-        log_std = self.param("log_std", nn.initializers.constant(self.net.log_std_init),
-                             (self.spec.num_actions,))
-        return {"mean": out, "log_std": jnp.broadcast_to(log_std, out.shape)}
+        return _distribution(self.spec, out, _log_std(self, self.spec, self.net))
 
 
 class Critic(nn.Module):
@@ -178,9 +190,7 @@ class Heads(nn.Module):
     def setup(self):
         self.actor_layers = [_dense(size, np.sqrt(2)) for size in self.net.head_sizes]
         self.actor_out = _dense(self.spec.num_actions, 0.01)
-        if not self.spec.discrete:
-            self.log_std = self.param("log_std", nn.initializers.constant(self.net.log_std_init),
-                                      (self.spec.num_actions,))
+        self.log_std = None if self.spec.discrete else _log_std(self, self.spec, self.net)
         self.critic_layers = [_dense(size, np.sqrt(2)) for size in self.net.head_sizes]
         self.critic_out = _dense(1, 1.0)
 
@@ -191,10 +201,7 @@ class Heads(nn.Module):
         return x
 
     def actor(self, x: jnp.ndarray) -> dict[str, jnp.ndarray]:
-        out = self.actor_out(self._hidden(self.actor_layers, x))
-        if self.spec.discrete:
-            return {"logits": out}
-        return {"mean": out, "log_std": jnp.broadcast_to(self.log_std, out.shape)}
+        return _distribution(self.spec, self.actor_out(self._hidden(self.actor_layers, x)), self.log_std)
 
     def critic(self, x: jnp.ndarray) -> jnp.ndarray:
         return self.critic_out(self._hidden(self.critic_layers, x))[..., 0]
@@ -417,15 +424,10 @@ class RecurrentActor(_RecurrentNetwork):
     def setup_head(self):
         self.head_layers = [_dense(size, np.sqrt(2)) for size in self.net.head_sizes]
         self.out = _dense(self.spec.num_actions, 0.01)
-        if not self.spec.discrete:
-            self.log_std = self.param("log_std", nn.initializers.constant(self.net.log_std_init),
-                                      (self.spec.num_actions,))
+        self.log_std = None if self.spec.discrete else _log_std(self, self.spec, self.net)
 
     def head(self, h: jnp.ndarray) -> dict[str, jnp.ndarray]:
-        out = self.out(self.head_hidden(h))
-        if self.spec.discrete:
-            return {"logits": out}
-        return {"mean": out, "log_std": jnp.broadcast_to(self.log_std, out.shape)}
+        return _distribution(self.spec, self.out(self.head_hidden(h)), self.log_std)
 
 
 class RecurrentCritic(_RecurrentNetwork):
