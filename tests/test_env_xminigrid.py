@@ -180,7 +180,7 @@ def test_step_batch_equals_vmapped_step():
 
 def test_the_memory_tuned_file_composes_the_gru_with_minigrids_view():
     """``algo=ppo env=xminigrid/MiniGrid-MemoryS8`` picks conf/tuned/ppo_xminigrid/MiniGrid-MemoryS8.yaml: the GRU
-    with a head layer, one-hot cells and MiniGrid's own 7x7 view, which the adapter turns into a [7, 7, 25]
+    with a head layer, one-hot cells, three times the entropy bonus and MiniGrid's own 7x7 view, which the adapter turns into a [7, 7, 25]
     observation; the feed-forward comparison (recurrent none, no head layers) validates too."""
     from purejaxrl_opt.config import from_dictconfig
     from tests.conftest import compose
@@ -192,7 +192,7 @@ def test_the_memory_tuned_file_composes_the_gru_with_minigrids_view():
     net = run.network
     assert (net.hidden_sizes, net.recurrent, net.recurrent_size, net.head_sizes) == ((64,), "gru", 64, (64,))
     assert dict(run.env.params) == {"one_hot": True, "view_size": 7}
-    assert (run.algo.num_envs, run.algo.num_steps, run.algo.num_minibatches, run.algo.lr) == (64, 64, 8, 5e-4)
+    assert (run.algo.num_envs, run.algo.num_steps, run.algo.num_minibatches, run.algo.lr, run.algo.ent_coef) == (64, 64, 8, 5e-4, 0.03)
     assert run.total_timesteps == 6_000_000
     assert (from_dictconfig(mlp).network.recurrent, from_dictconfig(mlp).network.head_sizes) == ("none", ())
     assert from_dictconfig(trpo).network.recurrent == "none"  # the file is PPO's only
