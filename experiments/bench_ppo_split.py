@@ -1,7 +1,8 @@
 """Where one PPO update's time goes, on any env and config: the env's stepping, acting, the critic's
 values and GAE, and the epochs of minibatch gradient steps, measured piecewise in one process.
 
-For one agent (one lane, one device; XLA's own threads use the cores) on the composed config
+For one agent (one lane on the first device: the CLI's flags give XLA:CPU one host device per core, and
+one device's large ops still use every core through XLA's intra-op threads) on the composed config
 (``--set`` takes the CLI's overrides, e.g. a tuned file), each piece is its own jitted function of the
 same state (the state after one warm-up update of training), timed ``--repeats`` times in interleaved
 rounds (the fastest round counts: a shared machine's slow spells hit every piece alike):
@@ -62,7 +63,6 @@ def pieces(algo, stage, state, hparams):
     run, cfg = algo.run, algo.run.algo
     env, env_params, spec = algo.env, algo.env_params, algo.spec
     num_envs = cfg.num_envs
-    critic_params = stage.networks.critic_params(state.params)
     key = jax.random.PRNGKey(1)
 
     @jax.jit
@@ -83,14 +83,14 @@ def pieces(algo, stage, state, hparams):
                                state.env, key, cfg.num_steps, run.env.clip_actions)
 
     @jax.jit
-    def experience(state, key):
-        return stage.experience(state.params["actor"], critic_params, state.obs_norm, state.env, key, hparams,
-                                state.reward_norm)
+    def experience(state, hparams, key):
+        return stage.experience(state.params["actor"], stage.networks.critic_params(state.params), state.obs_norm,
+                                state.env, key, hparams, state.reward_norm)
 
     update = jax.jit(algo.update)
     return {"env_step": lambda: env_step(state.env.env_state, key),
             "rollout": lambda: collect(state, key),
-            "experience": lambda: experience(state, key),
+            "experience": lambda: experience(state, hparams, key),
             "update": lambda: update(state, hparams, jnp.int32(1))}
 
 
