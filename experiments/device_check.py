@@ -65,7 +65,7 @@ def plan(small: bool, env_ids=ENVS, algo_names=ALGOS) -> list[tuple[str, str, in
     return order
 
 
-def run_config(env_id: str, algo: str, lanes: int, updates: int, small: bool):
+def run_config(env_id: str, algo: str, lanes: int, updates: int, small: bool, conv_impl: str = "auto"):
     from purejaxrl_opt.config import ALGO_CONFIGS, EnvConfig, NetworkConfig, RunConfig
 
     shape = shapes(env_id, small)
@@ -77,18 +77,19 @@ def run_config(env_id: str, algo: str, lanes: int, updates: int, small: bool):
         cfg = ALGO_CONFIGS[algo](num_envs=shape["num_envs"], num_steps=shape["num_steps"])
         per_update = shape["num_envs"] * shape["num_steps"]
     run = RunConfig(algo=cfg, env=EnvConfig(id=env_id, normalize_obs=env_id.startswith("playground/")),
-                    network=NetworkConfig(), seed=0, num_seeds=lanes,
+                    network=NetworkConfig(conv_impl=conv_impl), seed=0, num_seeds=lanes,
                     total_timesteps=per_update * (updates + 1), eval_episodes=1)
     run.validate()
     return run
 
 
-def measure(env_id: str, algo_name: str, lanes: int, updates: int, small: bool, env_cache: dict) -> dict:
+def measure(env_id: str, algo_name: str, lanes: int, updates: int, small: bool, env_cache: dict,
+            conv_impl: str = "auto") -> dict:
     from purejaxrl_opt import algos, parallel
     from purejaxrl_opt.runner import Compiled
     from purejaxrl_opt.sweep import lane_inputs
 
-    run = run_config(env_id, algo_name, lanes, updates, small)
+    run = run_config(env_id, algo_name, lanes, updates, small, conv_impl)
     if env_id not in env_cache:
         env_cache[env_id] = algos.make_env(run)
     algo = algos.make_algorithm(run, env_cache[env_id])
@@ -137,6 +138,10 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", default=os.environ.get("DEVICE_CHECK_SMALL") == "1")
     parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=ENVS)
     parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
+    parser.add_argument("--conv-impl", default="auto", choices=("auto", "lax", "patch"),
+                        help="network.conv_impl for the conv torso (MinAtar): auto picks lax on GPU/TPU")
+    parser.add_argument("--lanes", nargs="+", type=int, default=None,
+                        help="measure these lane counts only, in this order (default: 1 and 1024, then 32 and 8)")
     parser.add_argument("--updates", type=int, default=None, help="timed updates per measurement (default 3; "
                         "small: 1)")
     args = parser.parse_args()
@@ -147,7 +152,7 @@ def main() -> None:
 
     devices = jax.devices()
     payload = {**stamp(), "small": args.small, "budget_s": args.budget_s, "updates_timed": updates,
-               "backend": implementations.backend(), "implementations": implementations.describe(),
+               "backend": implementations.backend(), "implementations": implementations.describe(args.conv_impl),
                "envs": args.envs, "algos": args.algos, "devices": [str(d) for d in devices], "device_kind": devices[0].device_kind,
                "num_devices": len(devices), "jax": jax.__version__, "python": platform.python_version(),
                "xla_flags": os.environ.get("XLA_FLAGS", ""), "host_cpus": os.cpu_count(),
@@ -156,14 +161,17 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     env_cache: dict = {}
-    for env_id, algo, lanes in plan(args.small, args.envs, args.algos):
+    order = plan(args.small, args.envs, args.algos)
+    if args.lanes:
+        order = [(e, a, n) for n in args.lanes for e in args.envs for a in args.algos]
+    for env_id, algo, lanes in order:
         elapsed = time.perf_counter() - start
         if elapsed > args.budget_s:
             payload["skipped"].append({"env": env_id, "algo": algo, "lanes": lanes,
                                        "reason": f"budget: {elapsed:.0f} s > {args.budget_s:.0f} s"})
             continue
         try:
-            record = measure(env_id, algo, lanes, updates, args.small, env_cache)
+            record = measure(env_id, algo, lanes, updates, args.small, env_cache, args.conv_impl)
             payload["results"].append(record)
             print(f"{env_id:32s} {algo:5s} lanes {lanes:5d}: {record['env_steps_per_s']:>14,.0f} env steps/s "
                   f"(compile {record['compile_s']:.1f} s) [{time.perf_counter() - start:.0f} s]", flush=True)

@@ -14,9 +14,17 @@
 #   DEVICE_CHECK_INSTALL=1      first create .venv and install the project with its playground and
 #                               craftax extras and JAX's CUDA 12 plugin at the pinned version
 #                               (needs a package index; a fresh accelerator machine has none of it)
+# On a machine with JAX, flax, optax and chex but no package index (how it ran on an H200,
+# experiments/results/device_check/h200.md): download the other wheels elsewhere for its Python
+# (`pip download --no-deps --only-binary=:all: --python-version 3.12 ... gymnax==1.0.1 gymnasium
+# farama-notifications craftax==1.6.1 playground==0.2.0 brax==0.14.2 mujoco==4.0.0 mujoco-core==4.0.0
+# mujoco-mjx==3.17.0 jaxopt ml_collections trimesh pyopengl`), install them with
+# `pip install --no-index --no-deps --target /tmp/site`, and run with PYTHONPATH=/tmp/site
+# DEVICE_CHECK_PYTHON=python3, and MUJOCO_GL=disable where there is no libEGL.
 # On a GPU/TPU the CLI's CPU defaults are off by themselves: no host-device-per-core XLA flag
-# (purejaxrl_opt/xla_flags.py), network.conv_impl=auto -> lax.conv (cuDNN), network.recurrent_grad=auto
-# -> autodiff (purejaxrl_opt/implementations.py); the JSON records which ran.
+# (purejaxrl_opt/xla_flags.py), network.recurrent_grad=auto -> autodiff, network.conv_impl=auto -> patch
+# on GPU (measured 5.0x lax.conv on MinAtar at 1,024 lanes), lax on TPU (purejaxrl_opt/implementations.py);
+# the JSON records which ran.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-experiments/results/device_check/device_check.json}"

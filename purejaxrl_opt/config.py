@@ -108,7 +108,7 @@ class NetworkConfig:
     # output layer); PPO only. Craftax_Baselines' ppo_rnn.py shares its embedding and GRU this way.
     shared: bool = False
     # per-backend implementations (purejaxrl_opt/implementations.py), auto = the fast one for the
-    # backend: conv torso patch (im2col matmul, CPU) | lax (flax Conv: cuDNN on GPU, TPU);
+    # backend: conv torso patch (im2col matmul; auto on CPU and GPU) | lax (flax Conv; auto on TPU);
     # recurrent cell's derivative fused (hand-arranged scan JVP, CPU) | autodiff (GPU, TPU)
     conv_impl: str = "auto"
     recurrent_grad: str = "auto"

@@ -89,8 +89,8 @@ def _lax_conv(features: int, kernel_size: tuple[int, int], kernel_init: Callable
 class Torso(nn.Module):
     """Conv layers for image observations (``[..., H, W, C]``), then an MLP; flattens other shapes.
 
-    Conv layer ``i`` is named ``Conv_i``, a :class:`PatchConv` (``conv_impl="patch"``, the XLA:CPU
-    choice) or ``flax.linen.Conv`` (``"lax"``: ``lax.conv``, cuDNN on GPU); ``"auto"`` picks by backend
+    Conv layer ``i`` is named ``Conv_i``, a :class:`PatchConv` (``conv_impl="patch"``, the CPU and
+    GPU choice) or ``flax.linen.Conv`` (``"lax"``: ``lax.conv``, cuDNN on GPU); ``"auto"`` picks by backend
     (purejaxrl_opt/implementations.py). The parameter tree is the same either way
     (``Conv_0/kernel [3, 3, C_in, C_out]``, ``Conv_0/bias``), so checkpoints load either way and the
     initial values are the same.

@@ -53,3 +53,12 @@ def test_small_run_writes_its_json(tmp_path):
     for record in payload["results"]:
         # one timed update of every lane: 4 envs x 8 steps each
         assert record["env_steps_timed"] == 32 * record["lanes"] and record["env_steps_per_s"] > 0
+
+
+def test_conv_impl_option_reaches_the_network_config():
+    import device_check as dc
+
+    assert dc.run_config("Breakout-MinAtar", "ppo", 32, updates=3, small=False).network.conv_impl == "auto"
+    for impl in ("lax", "patch"):
+        run = dc.run_config("Breakout-MinAtar", "ppo", 32, updates=3, small=False, conv_impl=impl)
+        assert run.network.conv_impl == impl and run.num_seeds == 32

@@ -21,11 +21,13 @@ MINATAR_LIKE = EnvSpec("image", (6, 6, 3), True, 3, None, None, 100)
 VECTOR = EnvSpec("vector", (5,), True, 2, None, None, 100)
 
 
-def test_auto_picks_the_cpu_forms_on_cpu_and_the_plain_forms_on_accelerators():
+def test_auto_picks_the_measured_forms_per_backend():
     assert implementations.conv_impl("auto", "cpu") == "patch"
     assert implementations.recurrent_grad("auto", "cpu") == "fused"
+    # the patch conv on GPU: 5.0x lax.conv for PPO on MinAtar at 1,024 lanes on an H200
+    assert implementations.conv_impl("auto", "gpu") == "patch"
+    assert implementations.conv_impl("auto", "tpu") == "lax"
     for platform in ("gpu", "tpu"):
-        assert implementations.conv_impl("auto", platform) == "lax"
         assert implementations.recurrent_grad("auto", platform) == "autodiff"
     for choice in ("patch", "lax"):  # an explicit choice holds on every backend
         assert implementations.conv_impl(choice, "gpu") == choice == implementations.conv_impl(choice, "cpu")
