@@ -20,7 +20,7 @@
 # farama-notifications craftax==1.6.1 playground==0.2.0 brax==0.14.2 mujoco==4.0.0 mujoco-core==4.0.0
 # mujoco-mjx==3.17.0 jaxopt ml_collections trimesh pyopengl`), install them with
 # `pip install --no-index --no-deps --target /tmp/site`, and run with PYTHONPATH=/tmp/site
-# DEVICE_CHECK_PYTHON=python3, and MUJOCO_GL=disable where there is no libEGL.
+# DEVICE_CHECK_PYTHON=python3 (the Playground adapter sets MUJOCO_GL=disable where there is no libEGL).
 # On a GPU/TPU the CLI's CPU defaults are off by themselves: no host-device-per-core XLA flag
 # (purejaxrl_opt/xla_flags.py), network.recurrent_grad=auto -> autodiff, network.conv_impl=auto -> patch
 # on GPU (measured 5.0x lax.conv on MinAtar at 1,024 lanes), lax on TPU (purejaxrl_opt/implementations.py);
@@ -38,7 +38,7 @@ if [[ -z "$python" ]]; then
 fi
 # compiles are reused by a rerun on the same machine
 export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-/tmp/device_check_jax_cache}"
-export MUJOCO_GL="${MUJOCO_GL:-egl}"
+# MUJOCO_GL: left to purejaxrl_opt/envs/playground.py (egl where libEGL is installed, else disable)
 status=0
 timeout --signal=TERM --kill-after=10 "${DEVICE_CHECK_TIMEOUT_S:-590}" \
   "$python" experiments/device_check.py --out "$out" "${@:2}" || status=$?

@@ -350,3 +350,17 @@ def test_step_batch_equals_vmapped_step(cartpole):
     expected, got = jax.jit(lambda key: (run(vmapped, key), run(c.env.step_batch, key)))(key)
     assert np.asarray(expected[1][3])[SHORT - 1].all()  # the limit is crossed
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), expected, got)
+
+
+def test_headless_gl_picks_egl_only_where_libegl_exists():
+    found = {"EGL": "libEGL.so.1"}.get
+    missing = {}.get
+    assert pg.headless_gl({}, found) == "egl"
+    # a GPU machine's image without libEGL: mujoco's import fails under egl, so rendering is disabled
+    assert pg.headless_gl({}, missing) == "disable"
+    # a user's choice and a display are left alone
+    assert pg.headless_gl({"MUJOCO_GL": "osmesa"}, missing) is None
+    assert pg.headless_gl({"DISPLAY": ":0"}, missing) is None
+    import ctypes.util
+
+    assert pg.headless_gl({}) == ("egl" if ctypes.util.find_library("EGL") else "disable")

@@ -49,9 +49,27 @@ import math
 import os
 from typing import Any
 
-# mujoco picks its OpenGL backend when imported; a headless machine has no display for GLFW
-if "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
-    os.environ["MUJOCO_GL"] = "egl"
+
+
+def headless_gl(environ=os.environ, find_library=None) -> str | None:
+    """The ``MUJOCO_GL`` to set before mujoco is imported, or None to leave the user's (or a display's).
+
+    mujoco picks its OpenGL backend when imported. A headless machine has no display for GLFW, so EGL;
+    where no libEGL is installed (seen on a GPU machine's image) mujoco's import itself fails with
+    ``MUJOCO_GL=egl``, so rendering is disabled there: training needs none, only ``evaluate --gif`` does.
+    """
+    if "MUJOCO_GL" in environ or environ.get("DISPLAY"):
+        return None
+    if find_library is None:
+        import ctypes.util
+
+        find_library = ctypes.util.find_library
+    return "egl" if find_library("EGL") else "disable"
+
+
+_GL = headless_gl()
+if _GL is not None:
+    os.environ["MUJOCO_GL"] = _GL
 
 import brax.envs as brax_envs  # noqa: E402
 import jax  # noqa: E402
