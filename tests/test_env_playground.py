@@ -364,3 +364,10 @@ def test_headless_gl_picks_egl_only_where_libegl_exists():
     import ctypes.util
 
     assert pg.headless_gl({}) == ("egl" if ctypes.util.find_library("EGL") else "disable")
+
+
+def test_rendering_with_gl_disabled_is_a_clear_error(cartpole, monkeypatch):
+    _, state = cartpole.env.reset(jax.random.PRNGKey(0), cartpole.params)
+    monkeypatch.setenv("MUJOCO_GL", "disable")
+    with pytest.raises(ValueError, match="MUJOCO_GL='disable'.*libEGL"):
+        cartpole.env.render_frame(state, cartpole.params)

@@ -50,6 +50,8 @@ import os
 from typing import Any
 
 
+_GL_OFF = ("disable", "disabled", "off", "false", "0")  # mujoco's own spellings of "no OpenGL"
+
 
 def headless_gl(environ=os.environ, find_library=None) -> str | None:
     """The ``MUJOCO_GL`` to set before mujoco is imported, or None to leave the user's (or a display's).
@@ -215,6 +217,11 @@ class PlaygroundEnv(ResetWhereDone, Environment):
     def render_frame(self, state, params, height: int = 240, width: int = 320) -> np.ndarray:
         """uint8 ``[H, W, 3]`` of one (unbatched) state, by MuJoCo's offscreen renderer (EGL when
         headless). Runs on the host, outside jit."""
+        gl = os.environ.get("MUJOCO_GL", "").lower().strip()
+        if gl in _GL_OFF:
+            raise ValueError(f"rendering a MuJoCo env needs OpenGL, but MUJOCO_GL={gl!r} (set where no libEGL "
+                             "is found, see headless_gl): install libEGL (Debian/Ubuntu: libegl1) or set "
+                             "MUJOCO_GL=osmesa (with OSMesa) before starting")
         model = self._mj_model()
         if self._renderer is None:
             self._renderer = mujoco.Renderer(model, height=height, width=width)
