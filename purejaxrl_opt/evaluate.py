@@ -135,6 +135,9 @@ def render_route(algo) -> str:
 
     spec = algo.spec
     if getattr(algo.env, "render_frame", None) is not None:
+        problem = getattr(algo.env, "render_problem", lambda: None)()
+        if problem:
+            raise ValueError(f"--gif: {problem}")
         return "render_frame"
     _, name = registry.split_id(spec.env_id)
     if spec.library == "gymnax" and name in RENDERABLE:
@@ -207,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         run, algo, plan, lanes, loop, step = load(args.run_dir, args.step, args.episodes, deterministic)
         if not 0 <= args.lane < len(lanes):
             raise ValueError(f"--lane {args.lane} is out of range: the run has {len(lanes)} lane(s)")
+        if args.gif:
+            render_route(algo)  # an env that cannot render here is refused before the evaluation compiles
         returns = evaluate_returns(algo, loop)
     except (CheckpointError, ConfigError, ValueError) as error:
         print(f"purejaxrl_opt.evaluate: {error}", file=sys.stderr)

@@ -413,6 +413,13 @@ def test_gif_rendering_goes_through_the_protocol_or_is_refused():
 
     assert evaluate.render_route(SimpleNamespace(env=Rendered(), spec=_spec())) == "render_frame"
 
+    class NoGL(Rendered):  # one that says it cannot render on this machine: refused with its reason
+        def render_problem(self):
+            return "no OpenGL here"
+
+    with pytest.raises(ValueError, match="--gif: no OpenGL here"):
+        evaluate.render_route(SimpleNamespace(env=NoGL(), spec=_spec()))
+
 
 # ----------------------------------------------------------------------------- Hydra names
 @pytest.fixture(scope="module")

@@ -368,6 +368,14 @@ def test_headless_gl_picks_egl_only_where_libegl_exists():
 
 def test_rendering_with_gl_disabled_is_a_clear_error(cartpole, monkeypatch):
     _, state = cartpole.env.reset(jax.random.PRNGKey(0), cartpole.params)
+    assert cartpole.env.render_problem() is None  # egl here (tests set it)
     monkeypatch.setenv("MUJOCO_GL", "disable")
     with pytest.raises(ValueError, match="MUJOCO_GL='disable'.*libEGL"):
         cartpole.env.render_frame(state, cartpole.params)
+    # evaluate --gif asks the env first, before it compiles the evaluation
+    from types import SimpleNamespace
+
+    from purejaxrl_opt import evaluate
+
+    with pytest.raises(ValueError, match="--gif: rendering a MuJoCo env needs OpenGL"):
+        evaluate.render_route(SimpleNamespace(env=cartpole.env, spec=cartpole.spec))

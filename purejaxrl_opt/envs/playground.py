@@ -214,14 +214,21 @@ class PlaygroundEnv(ResetWhereDone, Environment):
         return spaces.Box(-1.0, 1.0, (self._action_size,), jnp.float32)
 
     # ----------------------------------------------------------------------- rendering
+    def render_problem(self) -> str | None:
+        """Why :meth:`render_frame` cannot work here (OpenGL disabled), or None."""
+        gl = os.environ.get("MUJOCO_GL", "").lower().strip()
+        if gl in _GL_OFF:
+            return (f"rendering a MuJoCo env needs OpenGL, but MUJOCO_GL={gl!r} (set where no libEGL is "
+                    "found, see headless_gl): install libEGL (Debian/Ubuntu: libegl1) or set "
+                    "MUJOCO_GL=osmesa (with OSMesa) before starting")
+        return None
+
     def render_frame(self, state, params, height: int = 240, width: int = 320) -> np.ndarray:
         """uint8 ``[H, W, 3]`` of one (unbatched) state, by MuJoCo's offscreen renderer (EGL when
         headless). Runs on the host, outside jit."""
-        gl = os.environ.get("MUJOCO_GL", "").lower().strip()
-        if gl in _GL_OFF:
-            raise ValueError(f"rendering a MuJoCo env needs OpenGL, but MUJOCO_GL={gl!r} (set where no libEGL "
-                             "is found, see headless_gl): install libEGL (Debian/Ubuntu: libegl1) or set "
-                             "MUJOCO_GL=osmesa (with OSMesa) before starting")
+        problem = self.render_problem()
+        if problem:
+            raise ValueError(problem)
         model = self._mj_model()
         if self._renderer is None:
             self._renderer = mujoco.Renderer(model, height=height, width=width)
