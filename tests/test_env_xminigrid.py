@@ -199,3 +199,57 @@ def test_the_memory_tuned_file_composes_the_gru_with_minigrids_view():
     env, params = adapter.make("MiniGrid-MemoryS8", dict(run.env.params))
     obs, _ = env.reset(jax.random.PRNGKey(0), params)
     assert obs.shape == (7, 7, 25) and obs.dtype == jnp.float32
+
+
+
+def _memory_sightings(view_size: int, key) -> dict:
+    """{(row, col, direction): set of the objects in view} over every floor cell and heading of one
+    MemoryS8 layout, for the layout the adapter resets to and xminigrid's transparent field of view
+    (what the adapter's observation is): "cue" (the object to remember, start room), "upper", "lower"."""
+    from xminigrid.core.observation import transparent_field_of_view
+
+    env, params = adapter.make("MiniGrid-MemoryS8", {"view_size": view_size})
+    _, state = env.reset(key, params)
+    inner = state.timestep.state
+    grid = np.asarray(inner.grid)
+    cells = [(r, c) for r in range(grid.shape[0]) for c in range(grid.shape[1])
+             if grid[r, c, 0] in (Tiles.BALL, Tiles.KEY)]
+    assert len(cells) == 3 and (2, 1) in cells  # xminigrid's Memory: the cue at (2, 1), the ends at the corridor's end
+    ends = sorted(rc for rc in cells if rc != (2, 1))
+    names = {(2, 1): "cue", ends[0]: "upper", ends[1]: "lower"}
+    floor_tile = grid[3, 4]  # the start room's doorway into the corridor
+    only = {}
+    for rc, name in names.items():  # one grid per object, the other two replaced by floor
+        g = grid.copy()
+        for other in names:
+            if other != rc:
+                g[other] = floor_tile
+        only[name] = jnp.asarray(g)
+    floor = [(r, c) for r in range(grid.shape[0]) for c in range(grid.shape[1]) if grid[r, c, 0] == Tiles.FLOOR]
+    poses = [(r, c, d) for r, c in floor for d in range(4)]
+
+    @jax.jit
+    def in_view(g):  # [poses]: is any object in the view of each pose
+        def one(position, direction):
+            agent = inner.agent.replace(position=position, direction=direction)
+            tiles = transparent_field_of_view(g, agent, view_size, view_size)[..., 0]
+            return jnp.isin(tiles, jnp.array([Tiles.BALL, Tiles.KEY])).any()
+
+        return jax.vmap(one)(jnp.array([(r, c) for r, c, _ in poses]), jnp.array([d for *_, d in poses]))
+
+    hits = {name: np.asarray(in_view(g)) for name, g in only.items()}
+    return {pose: {name for name in hits if hits[name][i]} for i, pose in enumerate(poses)}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_memory_s8_needs_memory_with_a_5x5_view_but_not_with_7x7(seed):
+    """With the 7x7 view (the tuned file's), the fork facing west shows the cue and both end objects at
+    once, so a memoryless policy can solve MemoryS8; with 5x5 no cell and heading shows the cue with an
+    end object, and the cue is in view facing west from every start cell of the corridor."""
+    key = jax.random.PRNGKey(seed)
+    seven = _memory_sightings(7, key)
+    assert seven[(3, 6, 3)] == {"cue", "upper", "lower"}  # the fork (row 3, col 6), facing west
+    five = _memory_sightings(5, key)
+    assert not any("cue" in s and len(s) > 1 for s in five.values())
+    assert all("cue" in five[(3, c, 3)] for c in range(1, 6))  # one look back from any start
+    assert five[(3, 6, 0)] == {"upper"} and five[(3, 6, 2)] == {"lower"}  # at the fork, the choice is in view
