@@ -39,6 +39,8 @@ set_default_xla_flags()  # the CLI's defaults: on a CPU, one host device per cor
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+from purejaxrl_opt.implementations import CONV_IMPLS  # noqa: E402
+
 ENVS = ("CartPole-v1", "Breakout-MinAtar", "playground/CartpoleBalance", "craftax/Craftax-Symbolic-v1")
 ALGOS = ("ppo", "trpo", "grpo")
 HEAVY = ("playground/", "craftax/")  # compiles of minutes on a CPU
@@ -51,10 +53,11 @@ def shapes(env_id: str, small: bool) -> dict:
     return {"num_envs": 4, "num_steps": steps, "num_groups": 1, "group_size": 4, "max_episode_steps": steps}
 
 
-def plan(small: bool, env_ids=ENVS, algo_names=ALGOS) -> list[tuple[str, str, int]]:
-    """(env, algo, lanes) in measurement order."""
+def plan(small: bool, env_ids=ENVS, algo_names=ALGOS, lanes=None) -> list[tuple[str, str, int]]:
+    """(env, algo, lanes) in measurement order; ``lanes`` (a list) replaces the default rounds with one
+    round per lane count, in that order."""
     order = []
-    rounds = ([1], [2]) if small else ([1, 1024], [32, 8])
+    rounds = [[n] for n in lanes] if lanes else (([1], [2]) if small else ([1, 1024], [32, 8]))
     for lanes_round in rounds:
         for env_id in env_ids:
             for algo in algo_names:
@@ -138,8 +141,9 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", default=os.environ.get("DEVICE_CHECK_SMALL") == "1")
     parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=ENVS)
     parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
-    parser.add_argument("--conv-impl", default="auto", choices=("auto", "lax", "patch"),
-                        help="network.conv_impl for the conv torso (MinAtar): auto picks lax on GPU/TPU")
+    parser.add_argument("--conv-impl", default="auto", choices=CONV_IMPLS,
+                        help="network.conv_impl for the conv torso (MinAtar); purejaxrl_opt/implementations.py "
+                        "says what auto picks per backend")
     parser.add_argument("--lanes", nargs="+", type=int, default=None,
                         help="measure these lane counts only, in this order (default: 1 and 1024, then 32 and 8)")
     parser.add_argument("--updates", type=int, default=None, help="timed updates per measurement (default 3; "
@@ -161,10 +165,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     env_cache: dict = {}
-    order = plan(args.small, args.envs, args.algos)
-    if args.lanes:
-        order = [(e, a, n) for n in args.lanes for e in args.envs for a in args.algos]
-    for env_id, algo, lanes in order:
+    for env_id, algo, lanes in plan(args.small, args.envs, args.algos, args.lanes):
         elapsed = time.perf_counter() - start
         if elapsed > args.budget_s:
             payload["skipped"].append({"env": env_id, "algo": algo, "lanes": lanes,

@@ -29,6 +29,9 @@ def test_plan_covers_every_env_and_algo_at_every_lane_count_widest_first():
     assert {(e, a) for e, a, lanes in full[:first_middle]} == {(e, a) for e in dc.ENVS for a in dc.ALGOS}
     small = dc.plan(small=True)
     assert {e for e, _, _ in small} == set(dc.ENVS) and max(lanes for *_, lanes in small) == 2
+    # --lanes: one round per given lane count, in that order
+    assert dc.plan(False, ["Breakout-MinAtar"], ["ppo"], [1024, 32]) == [("Breakout-MinAtar", "ppo", 1024),
+                                                                        ("Breakout-MinAtar", "ppo", 32)]
 
 
 def test_every_planned_config_validates():

@@ -201,7 +201,6 @@ def test_the_memory_tuned_file_composes_the_gru_with_minigrids_view():
     assert obs.shape == (7, 7, 25) and obs.dtype == jnp.float32
 
 
-
 def _memory_sightings(view_size: int, key) -> dict:
     """{(row, col, direction): set of the objects in view} over every floor cell and heading of one
     MemoryS8 layout, for the layout the adapter resets to and xminigrid's transparent field of view
