@@ -178,10 +178,11 @@ def test_step_batch_equals_vmapped_step():
     assert np.any(terminated) and np.any(truncated)  # both kinds of end happen in the rollout
 
 
-def test_the_memory_tuned_file_composes_the_gru_with_minigrids_view():
+def test_the_memory_tuned_file_composes_the_gru_with_a_view_that_needs_memory():
     """``algo=ppo env=xminigrid/MiniGrid-MemoryS8`` picks conf/tuned/ppo_xminigrid/MiniGrid-MemoryS8.yaml: the GRU
-    with a head layer, one-hot cells, three times the entropy bonus and MiniGrid's own 7x7 view, which the adapter turns into a [7, 7, 25]
-    observation; the feed-forward comparison (recurrent none, no head layers) validates too."""
+    with a head layer, one-hot cells, three times the entropy bonus, 12M steps and a 5x5 view (where memory is
+    required, the test below), which the adapter turns into a [5, 5, 25] observation; the feed-forward comparison
+    (recurrent none, no head layers) validates too."""
     from purejaxrl_opt.config import from_dictconfig
     from tests.conftest import compose
 
@@ -191,14 +192,14 @@ def test_the_memory_tuned_file_composes_the_gru_with_minigrids_view():
     run = from_dictconfig(gru)
     net = run.network
     assert (net.hidden_sizes, net.recurrent, net.recurrent_size, net.head_sizes) == ((64,), "gru", 64, (64,))
-    assert dict(run.env.params) == {"one_hot": True, "view_size": 7}
+    assert dict(run.env.params) == {"one_hot": True, "view_size": 5}
     assert (run.algo.num_envs, run.algo.num_steps, run.algo.num_minibatches, run.algo.lr, run.algo.ent_coef) == (64, 64, 8, 5e-4, 0.03)
-    assert run.total_timesteps == 6_000_000
+    assert run.total_timesteps == 12_000_000
     assert (from_dictconfig(mlp).network.recurrent, from_dictconfig(mlp).network.head_sizes) == ("none", ())
     assert from_dictconfig(trpo).network.recurrent == "none"  # the file is PPO's only
     env, params = adapter.make("MiniGrid-MemoryS8", dict(run.env.params))
     obs, _ = env.reset(jax.random.PRNGKey(0), params)
-    assert obs.shape == (7, 7, 25) and obs.dtype == jnp.float32
+    assert obs.shape == (5, 5, 25) and obs.dtype == jnp.float32
 
 
 def _memory_sightings(view_size: int, key) -> dict:
