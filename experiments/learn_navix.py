@@ -93,6 +93,7 @@ def run_variant(args, name: str, overrides: list[str], out: Path) -> dict:
         (run_dir / "timing.json").write_text(json.dumps(timing))
     summary = json.loads((run_dir / "summary.json").read_text())
     success = summary["final_return_per_seed"]
+    late = {str(k): v for k, v in late_training_return(run_dir / "metrics.csv").items()}
     return {
         "name": name, "command": "python -m purejaxrl_opt.train " + " ".join(command[3:]),
         **timing, "success_per_seed": success, "seeds": summary["seeds"],
@@ -101,7 +102,11 @@ def run_variant(args, name: str, overrides: list[str], out: Path) -> dict:
         "run_s": summary["run_seconds"], "env_steps_per_s": summary["env_steps_per_second"],
         "eval_episodes": summary["eval_episodes"],
         "eval_deterministic": bool(summary["config"].get("eval_deterministic", True)),
-        "training_return_last_10pct": {str(k): v for k, v in late_training_return(run_dir / "metrics.csv").items()},
+        "training_return_last_10pct": late,
+        # the training return averages thousands of episodes a seed where the final evaluation has eval_episodes
+        "training_iqm": (stats.stratified_bootstrap_ci(np.asarray([x for x in late.values() if x is not None]), "iqm",
+                                                       reps=5000, seed=0).as_dict("iqm")
+                         if any(x is not None for x in late.values()) else None),
         "network": summary["config"]["network"], "algo": summary["config"]["algo"],
         "env_config": summary["config"]["env"],
     }
@@ -145,11 +150,14 @@ def main() -> None:
              "episodes; IQM over seeds with a 95% stratified bootstrap CI.", "",
              "| variant | seeds | env steps/seed | final return per seed (deterministic or sampled: the "
              "variant's eval_deterministic) | IQM [95% CI] | training return, "
-             "last 10% of updates (sampled actions, per seed) | env steps/s | compile s |",
+             "last 10% of updates (sampled actions, per seed; IQM [95% CI]) | env steps/s | compile s |",
              "|---|---|---|---|---|---|---|---|"]
     for v in variants:
         iv = v["iqm"]
         reach = ", ".join("-" if x is None else f"{x:.2f}" for x in v["training_return_last_10pct"].values())
+        if v["training_iqm"] is not None:
+            ti = v["training_iqm"]
+            reach += f"; IQM {ti['iqm']:.2f} [{ti['iqm_ci_low']:.2f}, {ti['iqm_ci_high']:.2f}]"
         mode = "deterministic" if v["eval_deterministic"] else "sampled"
         lines.append(f"| {v['name']} | {v['seeds'][0]}-{v['seeds'][-1]} | {v['env_steps_per_seed'][0]:,} | "
                      f"{', '.join(f'{x:.2f}' for x in v['success_per_seed'])} ({mode}, {v['eval_episodes']} "
