@@ -11,8 +11,8 @@ side, against the random policy measured the same way.
         --variant mlp network.recurrent=none --variant gru network.recurrent=gru
     # XLand-MiniGrid's MemoryS8 (remember the object shown at the start), the tuned GRU file
     # conf/tuned/ppo_xminigrid/MiniGrid-MemoryS8.yaml vs the same file feed-forward, same budget
-    python experiments/learn_navix.py --env xminigrid/MiniGrid-MemoryS8 --seeds 3220 --num-seeds 4 \
-        --out experiments/results/xminigrid_memory_s8 --random-episodes 256 --variant gru \
+    python experiments/learn_navix.py --env xminigrid/MiniGrid-MemoryS8 --seeds 3238 --num-seeds 4 \
+        --out experiments/results/xminigrid_memory_s8_view5_12M --random-episodes 256 --variant gru \
         --variant mlp network.recurrent=none 'network.head_sizes=[]'
 
 Each ``--variant NAME [OVERRIDES...]`` is one ``python -m purejaxrl_opt.train algo=ppo env=ENV
