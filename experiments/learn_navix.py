@@ -74,6 +74,11 @@ def late_training_return(metrics_csv: Path, fraction: float = 0.1) -> dict[int, 
     return out
 
 
+def iqm_ci(values) -> dict:
+    """IQM over seeds with its 95% stratified bootstrap CI."""
+    return stats.stratified_bootstrap_ci(np.asarray(values, float), "iqm", reps=5000, seed=0).as_dict("iqm")
+
+
 def run_variant(args, name: str, overrides: list[str], out: Path) -> dict:
     run_dir = out / name
     command = [sys.executable, "-m", "purejaxrl_opt.train", "algo=ppo", f"env={args.env}", f"seed={args.seeds}",
@@ -94,19 +99,18 @@ def run_variant(args, name: str, overrides: list[str], out: Path) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
     success = summary["final_return_per_seed"]
     late = {str(k): v for k, v in late_training_return(run_dir / "metrics.csv").items()}
+    learnt = [x for x in late.values() if x is not None]
     return {
         "name": name, "command": "python -m purejaxrl_opt.train " + " ".join(command[3:]),
         **timing, "success_per_seed": success, "seeds": summary["seeds"],
-        "iqm": stats.stratified_bootstrap_ci(np.asarray(success, float), "iqm", reps=5000, seed=0).as_dict("iqm"),
+        "iqm": iqm_ci(success),
         "env_steps_per_seed": summary["env_steps_per_seed"], "compile_s": summary["compile_seconds"],
         "run_s": summary["run_seconds"], "env_steps_per_s": summary["env_steps_per_second"],
         "eval_episodes": summary["eval_episodes"],
         "eval_deterministic": bool(summary["config"].get("eval_deterministic", True)),
         "training_return_last_10pct": late,
         # the training return averages thousands of episodes a seed where the final evaluation has eval_episodes
-        "training_iqm": (stats.stratified_bootstrap_ci(np.asarray([x for x in late.values() if x is not None]), "iqm",
-                                                       reps=5000, seed=0).as_dict("iqm")
-                         if any(x is not None for x in late.values()) else None),
+        "training_iqm": iqm_ci(learnt) if learnt else None,
         "network": summary["config"]["network"], "algo": summary["config"]["algo"],
         "env_config": summary["config"]["env"],
     }
