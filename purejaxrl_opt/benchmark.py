@@ -658,6 +658,17 @@ def _settings(cfg: DictConfig) -> dict:
     if not isinstance(extra, list) or not all(isinstance(o, str) and "=" in o for o in extra):
         raise ConfigError(f"config key 'train_overrides' = {extra!r} is invalid: must be a list of "
                           "'key=value' training overrides")
+    for override in extra:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key in OWN_KEYS:
+            # every entry sets these itself, after the overrides: a budget given here would be
+            # silently replaced by the entry's
+            where = {"num_seeds": "num_seeds=N", "seed": "seed=S"}.get(key)
+            instead = (f"use the benchmark's own {where}" if where else
+                       f"each entry sets its own '{key}' (in the suite file; a copy of it can be passed "
+                       "as suite=<path>)")
+            raise ConfigError(f"config key 'train_overrides' sets '{key}', which the suite's entries "
+                              f"set themselves: {instead}")
     for flag in ("dry_run", "reuse"):
         if not isinstance(raw.get(flag), bool):
             raise ConfigError(f"config key '{flag}' = {raw.get(flag)!r} is invalid: must be true or false")

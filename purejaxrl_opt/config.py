@@ -664,7 +664,11 @@ def _coerce(key: str, value: Any, annotation: Any) -> Any:
         _check(isinstance(value, bool), key, value, "a bool (true/false)")
         return value
     if ann == "int":
-        _check(isinstance(value, int) and not isinstance(value, bool), key, value, "an int")
+        # YAML (and so Hydra) reads 1e5 as a float: a whole, finite float is the int it writes
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            value = int(value)
+        _check(isinstance(value, int) and not isinstance(value, bool), key, value,
+               "an int (a whole number: 100000 or 1e5)")
         return value
     if ann == "float":
         _check(isinstance(value, (int, float)) and not isinstance(value, bool), key, value, "a number")

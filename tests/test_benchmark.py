@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from omegaconf import OmegaConf
 from scipy import stats as sps
 
 from purejaxrl_opt import benchmark, stats
@@ -171,6 +172,16 @@ def test_cli_bad_input_exits_2_with_the_allowed_values(tmp_path):
     proc = bench_cli("suite=nope", "dry_run=true", f"hydra.run.dir={tmp_path}", timeout=120)
     assert proc.returncode == 2
     assert "'suite' = 'nope' is invalid" in proc.stderr and "quick" in proc.stderr
+
+
+@pytest.mark.parametrize("override", ["total_timesteps=1000", "num_seeds=2", "seed=5", "+env=Acrobot-v1"])
+def test_train_overrides_that_the_entries_set_themselves_are_refused(override):
+    # the entry's own algo/env/budget/seeds come after the overrides: a budget here would be ignored
+    cfg = OmegaConf.create({"suite": "quick", "dry_run": True, "reuse": False, "only": None,
+                            "num_seeds": None, "seed": None, "train_overrides": [override]})
+    key = override.split("=")[0].lstrip("+")
+    with pytest.raises(ConfigError, match=f"'train_overrides' sets '{key}'"):
+        benchmark._settings(cfg)
 
 
 def test_improvement_pairs_per_env_and_aggregated_over_shared_envs():

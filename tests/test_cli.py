@@ -75,3 +75,12 @@ def test_validation_messages_name_key_value_and_allowed():
         from purejaxrl_opt import envs
 
         envs.make("CartPole-v1", {"not_a_field": 1})
+
+
+def test_whole_numbers_in_float_notation_are_ints_and_fractions_are_refused():
+    # YAML reads 1e5 as 100000.0; a budget is a count, so a whole float is taken as that int
+    run = from_dictconfig(compose("total_timesteps=1e5", "algo.num_envs=4.0"))
+    assert run.total_timesteps == 100000 and isinstance(run.total_timesteps, int)
+    assert run.algo.num_envs == 4 and isinstance(run.algo.num_envs, int)
+    with pytest.raises(ConfigError, match=r"'total_timesteps' = 100000.5 .*an int"):
+        from_dictconfig(compose("total_timesteps=100000.5"))
