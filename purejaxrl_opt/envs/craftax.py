@@ -35,6 +35,7 @@ Options (``env.params``): every field of the library's ``EnvParams`` (``max_time
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -192,15 +193,49 @@ class Craftax(Environment):
         return spaces.Discrete(self.num_actions)
 
     def render_frame(self, state, params: CraftaxParams) -> jax.Array:
-        """The library's pixel renderer at 16 pixels a block: uint8 ``[H, W, 3]`` (any id)."""
+        """The library's pixel renderer at 16 pixels a block: uint8 ``[H, W, 3]`` (any id); inside jit
+        or not (:func:`frame_renderer`)."""
         if self._frame_renderer is None:
-            if self.classic:
-                from craftax.craftax_classic.renderer import make_craftax_pixel_renderer
-            else:
-                from craftax.craftax.renderer import make_craftax_pixel_renderer
-            self._frame_renderer = make_craftax_pixel_renderer(_FRAME_BLOCK_PIXELS)
+            self._frame_renderer = frame_renderer(self.classic)
         frame = self._frame_renderer(state)
         return jnp.clip(jnp.round(frame), 0, 255).astype(jnp.uint8)
+
+
+@functools.cache
+def frame_textures(classic: bool) -> dict:
+    """The library's textures at 16 pixels a block, computed on the host (concrete arrays, also when
+    called while a function is being traced).
+
+    Craftax builds its textures on first render (``load_all_textures``: from the cache file
+    ``TEXTURE_CACHE_FILE`` in its install directory, or, without one, from its PNGs with jax.numpy at 7,
+    16 and 64 pixels a block, then writes that file). Under ``jax.jit`` that build is traced and fails
+    (its resizing converts an array to numpy); it takes ~50 s (Classic) and ~210 s (full Craftax) on 2
+    CPU cores, and an install directory may not be writable. Here only the 16-pixel set is built
+    (Classic ~4 s, full ~15 s), eagerly (``jax.ensure_compile_time_eval``), and nothing is written."""
+    if classic:
+        from craftax.craftax_classic import constants
+    else:
+        from craftax.craftax import constants
+    with jax.ensure_compile_time_eval():
+        return constants.load_all_textures_given_size(_FRAME_BLOCK_PIXELS)
+
+
+def frame_renderer(classic: bool):
+    """The library's ``make_craftax_pixel_renderer(16)`` on :func:`frame_textures`: ``state -> float
+    [H, W, 3]`` in [0, 255]."""
+    if classic:
+        from craftax.craftax_classic import renderer
+    else:
+        from craftax.craftax import renderer
+    textures = frame_textures(classic)
+    # the library's renderer reads its textures from load_all_textures() (all three sizes) when it is
+    # made, and keeps them; it is handed the 16-pixel set for that one call
+    library_loader = renderer.load_all_textures
+    renderer.load_all_textures = lambda: {_FRAME_BLOCK_PIXELS: textures}
+    try:
+        return renderer.make_craftax_pixel_renderer(_FRAME_BLOCK_PIXELS)
+    finally:
+        renderer.load_all_textures = library_loader
 
 
 def make(name: str, options: dict) -> tuple[Craftax, CraftaxParams]:

@@ -156,6 +156,7 @@ class PlaygroundEnv(ResetWhereDone, Environment):
     """
 
     keyed_reset = True  # reset(key) determines the start state; step takes no randomness
+    render_in_jit = False  # render_frame: MuJoCo's OpenGL renderer, on the host
 
     def __init__(self, env_id: str, raw_env, action_repeat: int, obs_key: str | None, obs_shape):
         self.env_id = env_id
@@ -229,7 +230,7 @@ class PlaygroundEnv(ResetWhereDone, Environment):
 
     def render_frame(self, state, params, height: int = 240, width: int = 320) -> np.ndarray:
         """uint8 ``[H, W, 3]`` of one (unbatched) state, by MuJoCo's offscreen renderer (EGL when
-        headless). Runs on the host, outside jit."""
+        headless). Runs on the host, outside jit (``render_in_jit = False``)."""
         problem = self.render_problem()
         if problem:
             raise ValueError(problem)
