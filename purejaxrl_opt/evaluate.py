@@ -68,8 +68,16 @@ def evaluate_returns(algo, loop):
     return np.asarray(jax.jit(jax.vmap(partial(evaluation.final_returns, algo)))(loop))
 
 
-def play_episode(algo, loop, lane: int, deterministic: bool = True):
-    """States and cumulative rewards of one episode of ``lane``'s policy, for rendering."""
+EPISODE_CHUNK = 256  # steps per compiled chunk of play_episode
+
+
+def play_episode(algo, loop, lane: int, deterministic: bool = True, chunk: int = EPISODE_CHUNK):
+    """Host (numpy) states and cumulative rewards of one episode of ``lane``'s policy, for rendering.
+
+    Played in compiled chunks of ``chunk`` steps until the episode ends (or the env's limit,
+    :func:`purejaxrl_opt.evaluation.episode_limit`): the states of the whole limit at once do not fit
+    in memory on long-episode envs (full Craftax: 100,000 steps of a 9-level world). The numbers are
+    those of one scan over the limit (the same keys, step by step)."""
     import jax
     import numpy as np
 
@@ -77,9 +85,19 @@ def play_episode(algo, loop, lane: int, deterministic: bool = True):
 
     state = jax.tree_util.tree_map(lambda x: x[lane], loop.algo_state)
     key = jax.random.fold_in(loop.eval_key[lane], 7)
-    states, rewards, done = jax.jit(partial(evaluation.episode_states, algo,
-                                            deterministic=deterministic))(state, key)
-    done = np.asarray(done)
+    limit = evaluation.episode_limit(algo.spec)
+    chunk = min(chunk, limit)
+    steps = jax.jit(partial(evaluation.episode_steps, algo, length=chunk, deterministic=deterministic))
+    carry = jax.jit(partial(evaluation.episode_start, algo))(state, key)
+    parts, played = [], 0
+    while played < limit:
+        carry, part = steps(state, carry)
+        part = jax.device_get(part)
+        parts.append(part)
+        played += chunk
+        if np.asarray(part[2]).any():
+            break
+    states, rewards, done = jax.tree_util.tree_map(lambda *xs: np.concatenate(xs)[:limit], *parts)
     length = int(np.argmax(done)) + 1 if done.any() else done.shape[0]
     return ([jax.tree_util.tree_map(lambda x, i=i: x[i], states) for i in range(length)],
             np.cumsum(np.asarray(rewards, np.float64)[:length]))
@@ -95,6 +113,17 @@ def _frames(render, states) -> list:
             frames.append(render(state))
             bar.update_to(len(frames))
     return frames
+
+
+def render_frames(env, env_params, states) -> list:
+    """``uint8 [H, W, 3]`` frames of host ``states`` by the env's own ``render_frame``: compiled, or
+    on the host where the env says it cannot be traced (``render_in_jit = False``, e.g. MuJoCo's
+    OpenGL renderer; purejaxrl_opt/envs/protocol.py)."""
+    import jax
+    import numpy as np
+
+    render = jax.jit(env.render_frame) if getattr(env, "render_in_jit", True) else env.render_frame
+    return _frames(lambda state: np.asarray(render(state, env_params), np.uint8), states)
 
 
 def _gym_frames(env_id: str, env_params, states) -> list:
@@ -167,12 +196,7 @@ def write_gif(algo, loop, lane: int, path: str | Path, deterministic: bool = Tru
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if route == "render_frame":
-        import jax
-        import numpy as np
-
-        render = jax.jit(algo.env.render_frame)
-        _save_gif(_frames(lambda state: np.asarray(render(state, algo.env_params), np.uint8), states),
-                  path)
+        _save_gif(render_frames(algo.env, algo.env_params, states), path)
     elif name in NEEDS_PYGAME:
         _save_gif(_gym_frames(name, algo.env_params, states), path)
     else:

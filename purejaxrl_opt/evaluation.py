@@ -173,15 +173,31 @@ def token_accuracy(algo, loop) -> tuple[dict, str]:
     return stats, "\n".join(lines) + "\n"
 
 
-def episode_states(algo, state, key: jax.Array, deterministic: bool = True):
-    """One episode of the policy of ``state`` for rendering: ``(env states [T], rewards [T], done [T])``
-    over the env's step limit (10,000 without one); ``states[t]`` is the state acted on at step ``t``
-    (one env, stepped by :func:`purejaxrl_opt.envs.step_batch`, so no reset happens before the first
-    ``done``); entries after the first ``done`` are to be dropped by the caller."""
+EPISODE_STEP_CAP = 10_000  # episode_states' length on an env without a step limit
+
+
+def episode_limit(spec) -> int:
+    """The steps :func:`episode_states` plays: the env's step limit, or :data:`EPISODE_STEP_CAP`."""
+    return spec.max_steps if spec.max_steps > 0 else EPISODE_STEP_CAP
+
+
+def episode_start(algo, state, key: jax.Array):
+    """The carry of :func:`episode_steps` at the start of an episode of the policy of ``state`` (one
+    env, reset with a key drawn from ``key``)."""
+    key, reset_key = jax.random.split(key)
+    obs, env_state = envs.reset_batch(algo.env, algo.env_params, reset_key[None])
+    recurrence = algo.policy.recurrence
+    memory = () if recurrence is None else recurrence.zero((1,))
+    return key, env_state, obs, memory
+
+
+def episode_steps(algo, state, carry, length: int, deterministic: bool = True):
+    """``length`` steps of one env under the policy of ``state`` from ``carry`` (:func:`episode_start`):
+    ``(carry, (env states [length], rewards [length], done [length]))``; ``states[t]`` is the state
+    acted on at step ``t`` (stepped by :func:`purejaxrl_opt.envs.step_batch`, so no reset happens
+    before the first ``done``); entries after the first ``done`` are to be dropped by the caller."""
     actor_params, obs_norm = algo.policy_params(state)
     env, env_params, spec, dist = algo.env, algo.env_params, algo.spec, algo.dist
-    limit = spec.max_steps if spec.max_steps > 0 else 10_000
-
     recurrence = algo.policy.recurrence
 
     def _step(carry, _):
@@ -200,8 +216,12 @@ def episode_states(algo, state, key: jax.Array, deterministic: bool = True):
         return (key, next_state, next_obs, memory), (unbatched, reward[0],
                                                       jnp.logical_or(terminated, truncated)[0])
 
-    key, reset_key = jax.random.split(key)
-    obs, env_state = envs.reset_batch(env, env_params, reset_key[None])
-    memory = () if recurrence is None else recurrence.zero((1,))
-    _, (states, rewards, done) = jax.lax.scan(_step, (key, env_state, obs, memory), None, length=limit)
+    return jax.lax.scan(_step, carry, None, length=length)
+
+
+def episode_states(algo, state, key: jax.Array, deterministic: bool = True):
+    """One episode of the policy of ``state`` for rendering: ``(env states [T], rewards [T], done [T])``
+    over :func:`episode_limit` steps, in one scan (:func:`episode_steps` from :func:`episode_start`)."""
+    carry = episode_start(algo, state, key)
+    _, (states, rewards, done) = episode_steps(algo, state, carry, episode_limit(algo.spec), deterministic)
     return states, rewards, done

@@ -294,3 +294,25 @@ def test_the_rnn_tuned_file_composes_their_ppo_rnn_network(env_id):
     params = jax.eval_shape(networks.policy.init, jax.random.PRNGKey(0))
     assert count_params(params) == theirs, (count_params(params), theirs)
     assert networks.init_critic(jax.random.PRNGKey(0)) == {}
+
+
+def test_gif_frames_render_inside_jit_without_a_texture_cache(craftax, tmp_path, monkeypatch):
+    """``evaluate --gif`` renders Craftax inside jit. Craftax builds its textures on first render (from
+    a cache file in its install directory, else from its PNGs, then writes that file); traced, that
+    build failed (TracerArrayConversionError). The adapter builds the 16-pixel set on the host and
+    writes nothing."""
+    from craftax.craftax_classic import constants
+
+    from purejaxrl_opt import evaluate
+
+    cache = tmp_path / "texture_cache_classic.pbz2"
+    monkeypatch.setattr(constants, "TEXTURE_CACHE_FILE", str(cache))  # no cache file
+    constants.load_all_textures.cache_clear()
+    craftax_adapter.frame_textures.cache_clear()
+    env, params = craftax_adapter.make(NAME, {})
+    states = [jax.device_get(_rows(craftax["state"], i)) for i in range(2)]
+    frames = evaluate.render_frames(env, params, states)
+    assert [f.shape for f in frames] == [(9 * 16, 9 * 16, 3)] * 2 and frames[0].dtype == np.uint8
+    assert len(np.unique(frames[0].reshape(-1, 3), axis=0)) > 20  # textures, not a blank image
+    assert not np.array_equal(frames[0], frames[1])  # two worlds
+    assert not cache.exists()

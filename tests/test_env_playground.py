@@ -379,3 +379,48 @@ def test_rendering_with_gl_disabled_is_a_clear_error(cartpole, monkeypatch):
 
     with pytest.raises(ValueError, match="--gif: rendering a MuJoCo env needs OpenGL"):
         evaluate.render_route(SimpleNamespace(env=cartpole.env, spec=cartpole.spec))
+
+
+def test_gif_frames_render_on_the_host(cartpole):
+    """``evaluate --gif`` renders a host-only renderer (``render_in_jit = False``: MuJoCo's OpenGL)
+    with the host states, outside jit; traced, ``render_frame`` failed converting the physics state to
+    numpy. With OpenGL disabled it is refused instead (test_rendering_with_gl_disabled_is_a_clear_error)."""
+    from purejaxrl_opt import evaluate
+
+    if cartpole.env.render_problem():
+        pytest.skip(cartpole.env.render_problem())
+    assert cartpole.env.render_in_jit is False
+    _, state = jax.jit(cartpole.env.reset)(jax.random.PRNGKey(0), cartpole.params)
+    moved = state.replace(env_state=state.env_state.replace(
+        data=state.env_state.data.replace(qpos=state.env_state.data.qpos + 0.5)))
+    frames = evaluate.render_frames(cartpole.env, cartpole.params, [jax.device_get(s) for s in (state, moved)])
+    assert [f.shape for f in frames] == [(240, 320, 3)] * 2 and frames[0].dtype == np.uint8
+    assert frames[0].std() > 0 and not np.array_equal(frames[0], frames[1])  # the cart and pole moved
+
+
+@pytest.mark.slow  # two CLI processes, each compiling MJX programs (minutes on 2 CPU cores)
+def test_evaluate_gif_through_the_cli(tmp_path):
+    """A tiny GRPO run on Playground through the training CLI (final checkpoint on), then
+    ``python -m purejaxrl_opt.evaluate RUN --gif``: one 10-step episode rendered on the host."""
+    import subprocess
+    import sys
+
+    from PIL import Image
+
+    if pg.PlaygroundEnv.render_problem(None):
+        pytest.skip(pg.PlaygroundEnv.render_problem(None))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    run = tmp_path / "run"
+    train = subprocess.run(
+        [sys.executable, "-m", "purejaxrl_opt.train", "env=playground/CartpoleBalance", "algo=grpo", "~tuned",
+         "num_seeds=1", "total_timesteps=40", "algo.num_groups=1", "algo.group_size=2", "algo.num_minibatches=1",
+         "algo.update_epochs=1", "+env.params.episode_length=10", "logger=none", "progress.mode=off",
+         f"hydra.run.dir={run}"], cwd=root, capture_output=True, text=True, timeout=600)
+    assert train.returncode == 0, train.stderr[-2000:]
+    gif = tmp_path / "episode.gif"
+    evaluate = subprocess.run([sys.executable, "-m", "purejaxrl_opt.evaluate", str(run), "--episodes", "1",
+                               "--gif", str(gif), "--no-wandb"], cwd=root, capture_output=True, text=True,
+                              timeout=600)
+    assert evaluate.returncode == 0, evaluate.stderr[-2000:]
+    image = Image.open(gif)
+    assert image.n_frames == 10 and image.size == (320, 240)

@@ -39,7 +39,7 @@ LAYERS = {
     # environments (envs/: the protocol, one adapter per library, wrappers; every module of envs/ not
     # named here is an adapter, at this layer: see layer())
     "envs": ENV, "envs.protocol": ENV, "envs.tokens": ENV, "envs.tasks": ENV, "envs.wrappers": ENV,
-    "envs.normalisation": ENV, "envs.gymnax": ENV,
+    "envs.normalisation": ENV, "envs.gymnax": ENV, "envs.options": ENV,
     # leaves. The env registry is a table of module names (imports only errors; it loads the adapter
     # of a named library with importlib), which config's validation of env.id reads.
     "config": LEAF, "errors": LEAF, "checkpoint": LEAF, "xla_flags": LEAF, "envs.registry": LEAF,

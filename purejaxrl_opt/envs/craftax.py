@@ -35,6 +35,7 @@ Options (``env.params``): every field of the library's ``EnvParams`` (``max_time
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -46,6 +47,7 @@ from gymnax.environments.environment import Environment
 
 from craftax.craftax_env import make_craftax_env_from_name
 
+from purejaxrl_opt.envs.options import Option, check
 from purejaxrl_opt.errors import ConfigError
 
 LIBRARY = "craftax"
@@ -191,52 +193,76 @@ class Craftax(Environment):
         return spaces.Discrete(self.num_actions)
 
     def render_frame(self, state, params: CraftaxParams) -> jax.Array:
-        """The library's pixel renderer at 16 pixels a block: uint8 ``[H, W, 3]`` (any id)."""
+        """The library's pixel renderer at 16 pixels a block: uint8 ``[H, W, 3]`` (any id); inside jit
+        or not (:func:`frame_renderer`)."""
         if self._frame_renderer is None:
-            if self.classic:
-                from craftax.craftax_classic.renderer import make_craftax_pixel_renderer
-            else:
-                from craftax.craftax.renderer import make_craftax_pixel_renderer
-            self._frame_renderer = make_craftax_pixel_renderer(_FRAME_BLOCK_PIXELS)
+            self._frame_renderer = frame_renderer(self.classic)
         frame = self._frame_renderer(state)
         return jnp.clip(jnp.round(frame), 0, 255).astype(jnp.uint8)
+
+
+@functools.cache
+def frame_textures(classic: bool) -> dict:
+    """The library's textures at 16 pixels a block, computed on the host (concrete arrays, also when
+    called while a function is being traced).
+
+    Craftax builds its textures on first render (``load_all_textures``: from the cache file
+    ``TEXTURE_CACHE_FILE`` in its install directory, or, without one, from its PNGs with jax.numpy at 7,
+    16 and 64 pixels a block, then writes that file). Under ``jax.jit`` that build is traced and fails
+    (its resizing converts an array to numpy); it takes ~50 s (Classic) and ~210 s (full Craftax) on 2
+    CPU cores, and an install directory may not be writable. Here only the 16-pixel set is built
+    (Classic ~4 s, full ~15 s), eagerly (``jax.ensure_compile_time_eval``), and nothing is written."""
+    if classic:
+        from craftax.craftax_classic import constants
+    else:
+        from craftax.craftax import constants
+    with jax.ensure_compile_time_eval():
+        return constants.load_all_textures_given_size(_FRAME_BLOCK_PIXELS)
+
+
+def frame_renderer(classic: bool):
+    """The library's ``make_craftax_pixel_renderer(16)`` on :func:`frame_textures`: ``state -> float
+    [H, W, 3]`` in [0, 255]."""
+    if classic:
+        from craftax.craftax_classic import renderer
+    else:
+        from craftax.craftax import renderer
+    textures = frame_textures(classic)
+    # the library's renderer reads its textures from load_all_textures() (all three sizes) when it is
+    # made, and keeps them; it is handed the 16-pixel set for that one call
+    library_loader = renderer.load_all_textures
+    renderer.load_all_textures = lambda: {_FRAME_BLOCK_PIXELS: textures}
+    try:
+        return renderer.make_craftax_pixel_renderer(_FRAME_BLOCK_PIXELS)
+    finally:
+        renderer.load_all_textures = library_loader
 
 
 def make(name: str, options: dict) -> tuple[Craftax, CraftaxParams]:
     """``(env, params)`` for a Craftax id; ``options`` = the run's ``env.params`` (see the module doc)."""
     if name not in _IDS:
         raise ConfigError(f"unknown Craftax env '{name}'; craftax ids: {list(_IDS)}")
-    options = dict(options or {})
-    reset_ratio = options.pop("reset_ratio", DEFAULT_RESET_RATIO)
-    if isinstance(reset_ratio, bool) or not isinstance(reset_ratio, (int, np.integer)) or reset_ratio < 1:
-        raise ConfigError(f"config key 'env.params.reset_ratio' = {reset_ratio!r} is invalid: must be an "
-                          f"integer >= 1 (envs per generated reset world)")
-    env = Craftax(name, int(reset_ratio))
-    inner = env._env.default_params
-    fields = {f.name for f in dataclasses.fields(inner)}
-    if "max_steps_in_episode" in options:
-        limit = options.pop("max_steps_in_episode")
-        if "max_timesteps" in options and options["max_timesteps"] != limit:
+    inner = make_craftax_env_from_name(name, auto_reset=False).default_params
+    values = check(f"craftax/{name}", dict(options or {}), options_of(inner))
+    if "max_steps_in_episode" in values:
+        limit = values.pop("max_steps_in_episode")
+        if "max_timesteps" in values and values["max_timesteps"] != limit:
             raise ConfigError("config keys 'env.params.max_steps_in_episode' and "
                               "'env.params.max_timesteps' name the same Craftax limit: give one")
-        options["max_timesteps"] = limit
-    allowed = sorted(fields - {"fractal_noise_angles"}) + ["max_steps_in_episode", "reset_ratio"]
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise ConfigError(f"unknown config key 'env.params.{unknown[0]}' for craftax/{name}; allowed: "
-                          f"{sorted(allowed)}")
-    for key, value in options.items():
-        default = getattr(inner, key)
-        if isinstance(default, bool):
-            ok = isinstance(value, bool)
-        elif isinstance(default, int):
-            ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-        else:
-            ok = isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
-        if not ok:
-            raise ConfigError(f"config key 'env.params.{key}' = {value!r} is invalid for craftax/{name}: "
-                              f"must be a {type(default).__name__}")
-    if options.get("max_timesteps", 1) < 1:
-        raise ConfigError(f"config key 'env.params.max_timesteps' = {options['max_timesteps']!r} is "
-                          f"invalid: must be >= 1")
-    return env, CraftaxParams(inner.replace(**options))
+        values["max_timesteps"] = limit
+    reset_ratio = values.pop("reset_ratio", DEFAULT_RESET_RATIO)
+    return Craftax(name, reset_ratio), CraftaxParams(inner.replace(**values))
+
+
+def options_of(inner) -> dict[str, Option]:
+    """The options of a Craftax env: the fields of the library's ``EnvParams`` ``inner`` typed by
+    their defaults (ints >= 1, spawn chances >= 0; ``fractal_noise_angles``, a tuple of None, is not
+    one), ``max_steps_in_episode`` (another name of ``max_timesteps``) and ``reset_ratio``."""
+    out = {"reset_ratio": Option("int", minimum=1, why="envs per generated reset world"),
+           "max_steps_in_episode": Option("int", minimum=1)}
+    for field in dataclasses.fields(inner):
+        default = getattr(inner, field.name)
+        option = Option.like(default, minimum=0.0) if isinstance(default, float) else Option.like(default)
+        if option is not None and option.kind != "array":
+            out[field.name] = option
+    return out

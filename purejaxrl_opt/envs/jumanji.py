@@ -28,8 +28,10 @@ col, target row, col, walls 100, step_count 1 + mask 4 = 109. ``action_mask: fal
 (no masking; the library's own handling of illegal actions applies, e.g. Snake dies).
 
 Options (``env.params``): ``max_steps_in_episode``, ``action_mask`` (bool, default true) and the
-library constructor's int/float/bool arguments (Snake: ``num_rows``, ``num_cols``; Game2048:
-``board_size``), checked against their defaults' types.
+library constructor's int/float/bool arguments (Snake: ``num_rows``, ``num_cols``, at least two cells
+in all; Game2048: ``board_size`` >= 2), typed by their annotations and checked before the env is built
+(purejaxrl_opt/envs/options.py): sizes and limits are ints >= 1, or the least size that makes a game
+(:data:`MINIMUM_SIZES`, :data:`MINIMUM_CELLS`).
 """
 
 from __future__ import annotations
@@ -46,8 +48,9 @@ from gymnax.environments import environment, spaces
 from jumanji import specs
 from jumanji.types import StepType
 
-from purejaxrl_opt.errors import ConfigError
+from purejaxrl_opt.envs.options import Option, check
 from purejaxrl_opt.envs.protocol import ResetWhereDone
+from purejaxrl_opt.errors import ConfigError
 
 LIBRARY = "jumanji"
 
@@ -58,8 +61,13 @@ SUPPORTED = ("Snake-v1", "Game2048-v1", "Maze-v0", "PacMan-v1", "SlidingTilePuzz
 NO_LIMIT_DEFAULT = 10_000  # max_steps_in_episode where the library has no time limit
 _FAR_AWAY = 2**30  # the library's own time limit, out of reach: the adapter's counter truncates
 COUNTERS = ("step_count", "step")  # observation fields divided by max_steps_in_episode
-ADAPTER_OPTIONS = ("max_steps_in_episode", "action_mask")
 _LIBRARY_FIXED = ("time_limit", "generator", "viewer", "reward_fn", "self")
+# The least sizes that make a game (jumanji checks none; a negative size is a broadcast error deep
+# inside its reset). Every size is >= 1 (purejaxrl_opt/envs/options.py); a 2048 board of one cell has
+# no legal move from the start
+MINIMUM_SIZES = {("Game2048-v1", "board_size"): (2, "a board with a legal first move")}
+# ... and Snake places its fruit on a cell the head is not on: at least two cells
+MINIMUM_CELLS = {"Snake-v1": (("num_rows", "num_cols"), 2)}
 
 
 def ids() -> tuple[str, ...]:
@@ -78,15 +86,27 @@ class EnvState:
     truncated: jax.Array  # bool: the library ended the episode with a discount != 0
 
 
-def _constructor_options(cls) -> dict[str, Any]:
-    """The constructor's scalar arguments and their defaults (what ``env.params`` may set)."""
+def _constructor_options(name: str, cls) -> dict[str, Option]:
+    """The constructor's scalar arguments (what ``env.params`` may set besides the adapter's own),
+    typed by their annotations (else their defaults), with the library's least sizes."""
     out = {}
-    for name, param in inspect.signature(cls.__init__).parameters.items():
-        if name in _LIBRARY_FIXED or param.default is inspect.Parameter.empty:
+    for arg, param in inspect.signature(cls.__init__).parameters.items():
+        if arg in _LIBRARY_FIXED or param.default is inspect.Parameter.empty:
             continue
-        if isinstance(param.default, (bool, int, float)):
-            out[name] = param.default
+        minimum, why = MINIMUM_SIZES.get((name, arg), (None, ""))
+        option = Option.like(param.default, _plain_type(param.annotation), minimum=minimum, why=why)
+        if option is not None and option.kind in ("bool", "int", "float"):
+            out[arg] = option
     return out
+
+
+def _plain_type(annotation):
+    """``bool``/``int``/``float`` from an annotation, also a string one (``from __future__ import
+    annotations``); anything else None."""
+    names = {"bool": bool, "int": int, "float": float}
+    if isinstance(annotation, str):
+        return names.get(annotation)
+    return annotation if annotation in (bool, int, float) else None
 
 
 class JumanjiEnv(ResetWhereDone, environment.Environment):
@@ -171,39 +191,25 @@ def make(name: str, options: dict) -> tuple[JumanjiEnv, EnvParams]:
     entry = _REGISTRY[name].entry_point
     module_name, cls_name = entry.split(":")
     cls = getattr(__import__(module_name, fromlist=[cls_name]), cls_name)
-    library_options = _constructor_options(cls)
-    options = dict(options or {})
-    allowed = list(ADAPTER_OPTIONS) + sorted(library_options)
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise ConfigError(f"unknown config key 'env.params.{unknown[0]}' for jumanji/{name}; allowed: "
-                          f"{allowed}")
-    kwargs = {}
-    for key, value in options.items():
-        if key not in library_options:
-            continue
-        default = library_options[key]
-        ok = isinstance(value, bool) if isinstance(default, bool) else (
-            isinstance(value, (int, float)) and not isinstance(value, bool)
-            and (isinstance(value, int) or isinstance(default, float)))
-        if not ok:
-            raise ConfigError(f"config key 'env.params.{key}' = {value!r} is invalid for jumanji/{name}: "
-                              f"must be a {type(default).__name__} (default {default!r})")
-        kwargs[key] = value
-    use_mask = options.get("action_mask", True)
-    if not isinstance(use_mask, bool):
-        raise ConfigError(f"config key 'env.params.action_mask' = {use_mask!r} is invalid: must be true "
-                          "or false")
+    library_options = _constructor_options(name, cls)
+    allowed = {"max_steps_in_episode": Option("int", minimum=1), "action_mask": Option("bool"),
+               **library_options}
+    values = check(f"jumanji/{name}", dict(options or {}), allowed)
+    kwargs = {key: value for key, value in values.items() if key in library_options}
+    if name in MINIMUM_CELLS:
+        keys, least = MINIMUM_CELLS[name]
+        sizes = [kwargs.get(key, inspect.signature(cls.__init__).parameters[key].default) for key in keys]
+        if int(np.prod(sizes)) < least:
+            raise ConfigError(f"config keys {[f'env.params.{key}' for key in keys]} = {sizes} are invalid for "
+                              f"jumanji/{name}: the board needs at least {least} cells (a head and a fruit)")
+    use_mask = values.get("action_mask", True)
     has_limit = "time_limit" in inspect.signature(cls.__init__).parameters
     if has_limit:
         own_limit = jumanji.make(name, **kwargs).time_limit
         kwargs["time_limit"] = _FAR_AWAY
     else:
         own_limit = NO_LIMIT_DEFAULT
-    max_steps = options.get("max_steps_in_episode", own_limit)
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-        raise ConfigError(f"config key 'env.params.max_steps_in_episode' = {max_steps!r} is invalid: must "
-                          "be an int >= 1")
+    max_steps = values.get("max_steps_in_episode", own_limit)
     lib_env = jumanji.make(name, **kwargs)
     if not isinstance(lib_env.action_spec, specs.DiscreteArray):
         raise ConfigError(f"config key 'env.id' = 'jumanji/{name}' is invalid: its action spec "

@@ -39,14 +39,16 @@ from gymnax.environments import environment, spaces
 from navix import observations as nx_obs
 from navix.entities import EntityIds
 
+from purejaxrl_opt.envs.options import Option, check
 from purejaxrl_opt.errors import ConfigError
 
 LIBRARY = "navix"
 
 OBSERVATIONS = {"symbolic": nx_obs.symbolic, "symbolic_first_person": nx_obs.symbolic_first_person,
                 "categorical": nx_obs.categorical, "categorical_first_person": nx_obs.categorical_first_person}
-OPTIONS = ("max_steps_in_episode", "observation", "flatten")
 DEFAULT_MAX_STEPS = 100  # navix.make's default
+OPTIONS = {"max_steps_in_episode": Option("int", minimum=1), "observation": Option("str", choices=tuple(OBSERVATIONS)),
+           "flatten": Option("bool")}
 
 
 def ids() -> tuple[str, ...]:
@@ -128,22 +130,10 @@ def make(name: str, options: dict) -> tuple[NavixEnv, EnvParams]:
     if name not in navix.registry():
         raise ConfigError(f"config key 'env.id' = 'navix/{name}' is invalid: must be one of "
                           f"{['navix/' + i for i in ids()]}")
-    options = dict(options or {})
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise ConfigError(f"unknown config key 'env.params.{unknown[0]}' for navix/{name}; allowed: "
-                          f"{list(OPTIONS)}")
-    max_steps = options.get("max_steps_in_episode", DEFAULT_MAX_STEPS)
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-        raise ConfigError(f"config key 'env.params.max_steps_in_episode' = {max_steps!r} is invalid: must "
-                          "be an int >= 1")
-    observation = options.get("observation", "symbolic")
-    if observation not in OBSERVATIONS:
-        raise ConfigError(f"config key 'env.params.observation' = {observation!r} is invalid: must be one "
-                          f"of {list(OBSERVATIONS)}")
-    flatten = options.get("flatten", False)
-    if not isinstance(flatten, bool):
-        raise ConfigError(f"config key 'env.params.flatten' = {flatten!r} is invalid: must be true or false")
+    values = check(f"navix/{name}", dict(options or {}), OPTIONS)
+    max_steps = values.get("max_steps_in_episode", DEFAULT_MAX_STEPS)
+    observation = values.get("observation", "symbolic")
+    flatten = values.get("flatten", False)
     nx_env = navix.make(name, max_steps=max_steps, observation_fn=OBSERVATIONS[observation])
     env = NavixEnv(name, nx_env, flatten)
     return env, env.default_params

@@ -19,7 +19,8 @@ themselves). Observations are one float32 array: a Playground dict observation (
 ``state`` / ``privileged_state``) gives the field named by ``env.params.obs_key`` (default
 ``"state"``).
 
-Options (``env.params``; unknown keys are a ConfigError naming the key and the allowed ones):
+Options (``env.params``; an unknown key or a bad value is a ConfigError naming the key and what is
+allowed, purejaxrl_opt/envs/options.py):
 
 ==================  =========================================================================
 ``episode_length``  control steps per episode (default: Playground's config value, 1000 for the
@@ -83,17 +84,20 @@ from gymnax.environments import spaces  # noqa: E402
 from gymnax.environments.environment import Environment  # noqa: E402
 from mujoco_playground._src import dm_control_suite, locomotion, manipulation, mjx_env  # noqa: E402
 
-from purejaxrl_opt.errors import ConfigError  # noqa: E402
+from purejaxrl_opt.envs.options import Option, check  # noqa: E402
 from purejaxrl_opt.envs.protocol import ResetWhereDone  # noqa: E402
+from purejaxrl_opt.errors import ConfigError  # noqa: E402
 
 LIBRARY = "playground"
 # the env id prefixes this module serves: ``playground/<name>`` and ``brax/<name>``
 PREFIXES: tuple[str, ...] = ("playground", "brax")
 
-_COMMON_OPTIONS = ("episode_length", "action_repeat", "obs_key", "config")
-_OPTIONS = {"playground": _COMMON_OPTIONS + ("impl",), "brax": _COMMON_OPTIONS + ("backend",)}
 _IMPLS = ("jax", "warp")
 _BRAX_BACKENDS = ("generalized", "positional", "spring", "mjx")
+_COMMON_OPTIONS = {"episode_length": Option("int", minimum=1), "action_repeat": Option("int", minimum=1),
+                   "obs_key": Option("str"), "config": Option("mapping")}
+_OPTIONS = {"playground": {**_COMMON_OPTIONS, "impl": Option("str", choices=_IMPLS)},
+            "brax": {**_COMMON_OPTIONS, "backend": Option("str", choices=_BRAX_BACKENDS)}}
 # set by this adapter's own options, so not accepted inside env.params.config
 _PLAYGROUND_RESERVED = ("episode_length", "action_repeat", "impl")
 _BRAX_EPISODE_LENGTH = 1000  # brax.envs.create's default
@@ -152,6 +156,7 @@ class PlaygroundEnv(ResetWhereDone, Environment):
     """
 
     keyed_reset = True  # reset(key) determines the start state; step takes no randomness
+    render_in_jit = False  # render_frame: MuJoCo's OpenGL renderer, on the host
 
     def __init__(self, env_id: str, raw_env, action_repeat: int, obs_key: str | None, obs_shape):
         self.env_id = env_id
@@ -225,7 +230,7 @@ class PlaygroundEnv(ResetWhereDone, Environment):
 
     def render_frame(self, state, params, height: int = 240, width: int = 320) -> np.ndarray:
         """uint8 ``[H, W, 3]`` of one (unbatched) state, by MuJoCo's offscreen renderer (EGL when
-        headless). Runs on the host, outside jit."""
+        headless). Runs on the host, outside jit (``render_in_jit = False``)."""
         problem = self.render_problem()
         if problem:
             raise ValueError(problem)
@@ -252,13 +257,6 @@ class PlaygroundEnv(ResetWhereDone, Environment):
 
 
 # --------------------------------------------------------------------------- construction
-def _int_option(options: dict, key: str, default: int, minimum: int) -> int:
-    value = options.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ConfigError(f"config key 'env.params.{key}' = {value!r} is invalid: must be an int >= {minimum}")
-    return int(value)
-
-
 def _flatten(config, prefix: str = "") -> dict[str, Any]:
     out = {}
     for key, value in config.items():
@@ -279,8 +277,6 @@ def _make_playground(name: str, options: dict):
     if name not in ids("playground"):
         raise ConfigError(f"unknown env 'playground/{name}'; available: {list(ids('playground'))}")
     impl = options.get("impl", "jax")
-    if impl not in _IMPLS:
-        raise ConfigError(f"config key 'env.params.impl' = {impl!r} is invalid: must be one of {list(_IMPLS)}")
     default = _flatten(_playground_default_config(name))
     overrides = dict(options.get("config") or {})
     for key in overrides:
@@ -291,8 +287,8 @@ def _make_playground(name: str, options: dict):
             raise ConfigError(f"unknown config key 'env.params.config.{key}' for playground/{name}; "
                               f"allowed: {allowed}")
     overrides["impl"] = impl
-    episode_length = _int_option(options, "episode_length", int(default.get("episode_length", 1000)), 1)
-    action_repeat = _int_option(options, "action_repeat", int(default.get("action_repeat", 1)), 1)
+    episode_length = options.get("episode_length", int(default.get("episode_length", 1000)))
+    action_repeat = options.get("action_repeat", int(default.get("action_repeat", 1)))
     try:
         raw = _load_playground(name, overrides)
     except (TypeError, ValueError, KeyError) as err:  # ml_collections rejects a value of the wrong type
@@ -322,17 +318,14 @@ def _make_brax(name: str, options: dict):
         raise ConfigError(f"unknown env 'brax/{name}'; available: {list(ids('brax'))}")
     cls = brax_envs._envs[name]
     backend = options.get("backend", "generalized")
-    if backend not in _BRAX_BACKENDS:
-        raise ConfigError(f"config key 'env.params.backend' = {backend!r} is invalid: must be one of "
-                          f"{list(_BRAX_BACKENDS)}")
     allowed = sorted({p for p in inspect.signature(cls.__init__).parameters
                       if p not in ("self", "backend", "kwargs")} | {"n_frames"})
     kwargs = dict(options.get("config") or {})
     for key in kwargs:
         if key not in allowed:
             raise ConfigError(f"unknown config key 'env.params.config.{key}' for brax/{name}; allowed: {allowed}")
-    episode_length = _int_option(options, "episode_length", _BRAX_EPISODE_LENGTH, 1)
-    action_repeat = _int_option(options, "action_repeat", 1, 1)
+    episode_length = options.get("episode_length", _BRAX_EPISODE_LENGTH)
+    action_repeat = options.get("action_repeat", 1)
     try:
         raw = cls(backend=backend, **kwargs)
     except (TypeError, ValueError) as err:
@@ -343,17 +336,10 @@ def _make_brax(name: str, options: dict):
 def make(name: str, options: dict | None = None, prefix: str = LIBRARY):
     """``(env, env_params)`` for ``<prefix>/<name>``; ``options`` = the run's ``env.params``."""
     _check_prefix(prefix)
-    options = dict(options or {})
-    unknown = sorted(set(options) - set(_OPTIONS[prefix]))
-    if unknown:
-        raise ConfigError(f"unknown config key 'env.params.{unknown[0]}' for {prefix}/{name}; "
-                          f"allowed: {sorted(_OPTIONS[prefix])}")
-    config = options.get("config")
-    if config is not None and not hasattr(config, "keys"):
-        raise ConfigError(f"config key 'env.params.config' = {config!r} is invalid: must be a mapping")
+    options = {key: value for key, value in dict(options or {}).items()
+               if not (key == "config" and value is None)}  # config: null = none
+    options = check(f"{prefix}/{name}", options, _OPTIONS[prefix])
     obs_key = options.get("obs_key", "state")
-    if not isinstance(obs_key, str):
-        raise ConfigError(f"config key 'env.params.obs_key' = {obs_key!r} is invalid: must be a string")
     if prefix == "playground":
         raw, episode_length, action_repeat = _make_playground(name, options)
     else:

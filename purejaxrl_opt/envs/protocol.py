@@ -32,6 +32,9 @@ Optional attributes the layer reads (class attributes or properties):
     (:func:`purejaxrl_opt.envs.step_batch`).
 ``render_frame(state, params) -> uint8 [H, W, 3]``
     One frame of an unbatched state, for ``evaluate --gif``.
+``render_in_jit: bool = True``
+    ``render_frame`` can be traced (``jax.jit``); False: it runs on the host only (e.g. MuJoCo's
+    OpenGL renderer), and ``evaluate --gif`` calls it with host (numpy) states.
 ``render_problem() -> str | None``
     Why ``render_frame`` cannot work on this machine (e.g. no OpenGL), or None; ``evaluate --gif``
     asks before it compiles anything.

@@ -55,12 +55,15 @@ from gymnax.environments import environment, spaces
 from xminigrid.core.constants import NUM_COLORS, NUM_TILES
 from xminigrid.types import StepType
 
+from purejaxrl_opt.envs.options import Option, check
 from purejaxrl_opt.envs.protocol import ResetWhereDone
 from purejaxrl_opt.errors import ConfigError
 
 LIBRARY = "xminigrid"
 
-OPTIONS = ("max_steps_in_episode", "view_size", "flatten", "one_hot")
+OPTIONS = {"max_steps_in_episode": Option("int", minimum=1),
+           "view_size": Option("int", minimum=3, odd=True, why="MiniGrid's agent-centred view"),
+           "flatten": Option("bool"), "one_hot": Option("bool")}
 RENDER_TILE_SIZE = 16  # pixels per cell of render_frame
 
 
@@ -159,35 +162,19 @@ class XMiniGridEnv(ResetWhereDone, environment.Environment):
         return jax.pure_callback(_render, shape, grid, agent.position, agent.direction)
 
 
-def _check_int(key: str, value, minimum: int, odd: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (odd and value % 2 == 0):
-        raise ConfigError(f"config key 'env.params.{key}' = {value!r} is invalid: must be "
-                          f"{'an odd' if odd else 'an'} int >= {minimum}")
-
-
 def make(name: str, options: dict) -> tuple[XMiniGridEnv, EnvParams]:
     """``(env, env_params)`` for an xminigrid id; ``options`` = the run's ``env.params`` (module
     docstring)."""
     if name not in ids():
         raise ConfigError(f"config key 'env.id' = 'xminigrid/{name}' is invalid: must be one of "
                           f"{['xminigrid/' + i for i in ids()]}")
-    options = dict(options or {})
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise ConfigError(f"unknown config key 'env.params.{unknown[0]}' for xminigrid/{name}; allowed: "
-                          f"{list(OPTIONS)}")
+    values = check(f"xminigrid/{name}", dict(options or {}), OPTIONS)
     overrides = {}
-    if "max_steps_in_episode" in options:
-        _check_int("max_steps_in_episode", options["max_steps_in_episode"], 1)
-        overrides["max_steps"] = options["max_steps_in_episode"]
-    if "view_size" in options:
-        _check_int("view_size", options["view_size"], 3, odd=True)
-        overrides["view_size"] = options["view_size"]
-    switches = {}
-    for key in ("flatten", "one_hot"):
-        switches[key] = options.get(key, False)
-        if not isinstance(switches[key], bool):
-            raise ConfigError(f"config key 'env.params.{key}' = {switches[key]!r} is invalid: must be true or false")
+    if "max_steps_in_episode" in values:
+        overrides["max_steps"] = values["max_steps_in_episode"]
+    if "view_size" in values:
+        overrides["view_size"] = values["view_size"]
+    switches = {key: values.get(key, False) for key in ("flatten", "one_hot")}
     xm_env, xm_params = xminigrid.make(name, **overrides)
     env = XMiniGridEnv(name, xm_env, xm_params, **switches)
     return env, env.default_params
