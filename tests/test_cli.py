@@ -10,6 +10,7 @@ import pytest
 
 from purejaxrl_opt.config import ConfigError, EnvConfig, PPOConfig, RunConfig, from_dictconfig
 from tests.conftest import compose
+from tests import cli_lifecycle
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,3 +85,11 @@ def test_whole_numbers_in_float_notation_are_ints_and_fractions_are_refused():
     assert run.algo.num_envs == 4 and isinstance(run.algo.num_envs, int)
     with pytest.raises(ConfigError, match=r"'total_timesteps' = 100000.5 .*an int"):
         from_dictconfig(compose("total_timesteps=100000.5"))
+
+
+@pytest.mark.parametrize("algo", cli_lifecycle.matrix_params("gymnax"))
+def test_cli_train_evaluate_gif_kill_and_resume(algo, tmp_path):
+    """Through the CLI with a user's defaults: train, evaluate (--gif), SIGKILL after a checkpoint,
+    resume= -> metrics.csv bitwise the uninterrupted run's (tests/cli_lifecycle.py)."""
+    cli_lifecycle.check_library("gymnax", algo, tmp_path)
+

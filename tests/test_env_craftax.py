@@ -15,6 +15,7 @@ import pytest
 
 from purejaxrl_opt.envs import craftax as craftax_adapter
 from purejaxrl_opt.errors import ConfigError
+from tests import cli_lifecycle
 
 NAME = "Craftax-Classic-Symbolic-v1"
 NUM_ENVS, RESET_RATIO, NUM_STEPS = 8, 4, 2  # 2 pool worlds for 8 envs
@@ -316,3 +317,11 @@ def test_gif_frames_render_inside_jit_without_a_texture_cache(craftax, tmp_path,
     assert len(np.unique(frames[0].reshape(-1, 3), axis=0)) > 20  # textures, not a blank image
     assert not np.array_equal(frames[0], frames[1])  # two worlds
     assert not cache.exists()
+
+
+@pytest.mark.parametrize("algo", cli_lifecycle.matrix_params("craftax"))
+def test_cli_train_evaluate_gif_kill_and_resume(algo, tmp_path):
+    """Through the CLI with a user's defaults: train, evaluate (--gif), SIGKILL after a checkpoint,
+    resume= -> metrics.csv bitwise the uninterrupted run's (tests/cli_lifecycle.py)."""
+    cli_lifecycle.check_library("craftax", algo, tmp_path)
+

@@ -17,6 +17,7 @@ from purejaxrl_opt.distributions import Categorical  # noqa: E402
 from purejaxrl_opt.envs import EnvSpec  # noqa: E402
 from purejaxrl_opt.errors import ConfigError  # noqa: E402
 from purejaxrl_opt.networks import Actor  # noqa: E402
+from tests import cli_lifecycle  # noqa: E402
 
 LIMIT = 8  # Snake 6x6's episode limit in these tests
 UP = 0
@@ -175,3 +176,11 @@ def test_bad_ids_and_options_are_config_errors():
         adapter.make("Snake-v1", {"num_rows": "six"})
     with pytest.raises(ConfigError, match="env.params.max_steps_in_episode"):
         adapter.make("Snake-v1", {"max_steps_in_episode": -1})
+
+
+@pytest.mark.parametrize("algo", cli_lifecycle.matrix_params("jumanji"))
+def test_cli_train_evaluate_gif_kill_and_resume(algo, tmp_path):
+    """Through the CLI with a user's defaults: train, evaluate (--gif), SIGKILL after a checkpoint,
+    resume= -> metrics.csv bitwise the uninterrupted run's (tests/cli_lifecycle.py)."""
+    cli_lifecycle.check_library("jumanji", algo, tmp_path)
+

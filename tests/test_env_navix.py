@@ -11,6 +11,7 @@ import navix
 from purejaxrl_opt.envs import navix as adapter  # noqa: E402
 from purejaxrl_opt.errors import ConfigError  # noqa: E402
 from env_play import check_reset_and_step_against_spaces, play  # noqa: E402  (tests/env_play.py)
+from tests import cli_lifecycle  # noqa: E402
 
 # Navix-Empty-5x5-v0: the player starts at (1, 1) facing east, the goal is at (3, 3)
 FORWARD, ROTATE_CW, ROTATE_CCW = 2, 1, 0
@@ -136,3 +137,11 @@ def test_the_conv_torso_takes_the_symbolic_grid(empty5):
     assert Actor(spec, net).apply(actor_params, obs[None])["logits"].shape == (1, 7)
     critic = Critic(spec, net)
     assert critic.apply(critic.init(jax.random.PRNGKey(1), obs[None]), obs[None]).shape == (1,)
+
+
+@pytest.mark.parametrize("algo", cli_lifecycle.matrix_params("navix"))
+def test_cli_train_evaluate_gif_kill_and_resume(algo, tmp_path):
+    """Through the CLI with a user's defaults: train, evaluate (--gif), SIGKILL after a checkpoint,
+    resume= -> metrics.csv bitwise the uninterrupted run's (tests/cli_lifecycle.py)."""
+    cli_lifecycle.check_library("navix", algo, tmp_path)
+

@@ -27,6 +27,7 @@ from purejaxrl_opt import envs, rollout  # noqa: E402
 from purejaxrl_opt.envs import playground as pg  # noqa: E402
 from purejaxrl_opt.distributions import DiagGaussian  # noqa: E402
 from purejaxrl_opt.errors import ConfigError  # noqa: E402
+from tests import cli_lifecycle  # noqa: E402
 
 SHORT = 5  # a short time limit for the auto-reset tests (params.max_steps_in_episode)
 
@@ -424,3 +425,11 @@ def test_evaluate_gif_through_the_cli(tmp_path):
     assert evaluate.returncode == 0, evaluate.stderr[-2000:]
     image = Image.open(gif)
     assert image.n_frames == 10 and image.size == (320, 240)
+
+
+@pytest.mark.parametrize("algo", cli_lifecycle.matrix_params("playground"))
+def test_cli_train_evaluate_gif_kill_and_resume(algo, tmp_path):
+    """Through the CLI with a user's defaults: train, evaluate (--gif), SIGKILL after a checkpoint,
+    resume= -> metrics.csv bitwise the uninterrupted run's (tests/cli_lifecycle.py)."""
+    cli_lifecycle.check_library("playground", algo, tmp_path)
+

@@ -13,6 +13,7 @@ from xminigrid.core.constants import Tiles
 from purejaxrl_opt.envs import xminigrid as adapter  # noqa: E402
 from purejaxrl_opt.errors import ConfigError  # noqa: E402
 from env_play import check_reset_and_step_against_spaces, play  # noqa: E402  (tests/env_play.py)
+from tests import cli_lifecycle
 
 FORWARD, TURN_CW, TURN_CCW = 0, 1, 2  # xminigrid.core.actions.take_action's order
 RIGHT, DOWN = 1, 2  # xminigrid's directions (DIRECTIONS: up, right, down, left)
@@ -253,3 +254,11 @@ def test_memory_s8_needs_memory_with_a_5x5_view_but_not_with_7x7(seed):
     assert not any("cue" in s and len(s) > 1 for s in five.values())
     assert all("cue" in five[(3, c, 3)] for c in range(1, 6))  # one look back from any start
     assert five[(3, 6, 0)] == {"upper"} and five[(3, 6, 2)] == {"lower"}  # at the fork, the choice is in view
+
+
+@pytest.mark.parametrize("algo", cli_lifecycle.matrix_params("xminigrid"))
+def test_cli_train_evaluate_gif_kill_and_resume(algo, tmp_path):
+    """Through the CLI with a user's defaults: train, evaluate (--gif), SIGKILL after a checkpoint,
+    resume= -> metrics.csv bitwise the uninterrupted run's (tests/cli_lifecycle.py)."""
+    cli_lifecycle.check_library("xminigrid", algo, tmp_path)
+

@@ -10,6 +10,7 @@ import pytest
 
 from purejaxrl_opt.envs import tokens as te
 from purejaxrl_opt.config import ConfigError
+from tests import cli_lifecycle
 
 
 def _batched_reset(env, params, n, seed=0):
@@ -269,3 +270,11 @@ def test_jit_vmap_random_rollout(env_id):
     for t in range(steps):
         run = np.where(ends[t], 0, run + 1)
         assert (run < env.answer_limit).all()
+
+
+@pytest.mark.parametrize("algo", cli_lifecycle.matrix_params("tokens"))
+def test_cli_train_evaluate_gif_kill_and_resume(algo, tmp_path):
+    """Through the CLI with a user's defaults: train, evaluate (--gif), SIGKILL after a checkpoint,
+    resume= -> metrics.csv bitwise the uninterrupted run's (tests/cli_lifecycle.py)."""
+    cli_lifecycle.check_library("tokens", algo, tmp_path)
+
