@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -176,7 +177,7 @@ def available_steps(run_dir: str | os.PathLike) -> list[int]:
 
 def check_writable(run_dir: str | os.PathLike) -> None:
     """Create ``run_dir/checkpoints`` and a file in it (removed again), so that a directory the run
-    cannot write is reported before anything compiles (CheckpointWriteError), not at the first save."""
+    cannot write is refused before anything compiles (CheckpointError), not at the first save."""
     import tempfile
 
     directory = checkpoint_dir(run_dir)
@@ -192,7 +193,8 @@ def check_writable(run_dir: str | os.PathLike) -> None:
                 directory.rmdir()
             except OSError:
                 pass
-        raise CheckpointWriteError(f"cannot write checkpoints into {directory}: {_reason(error)}") from None
+        raise CheckpointError(f"cannot write checkpoints into {directory}: {_reason(error)}; nothing "
+                              "was written") from None
 
 
 def remove_steps(run_dir: str | os.PathLike, steps) -> None:
@@ -209,7 +211,23 @@ def _reason(error: BaseException) -> str:
     if isinstance(error, OSError) and error.strerror:
         return f"{error.strerror} ({error.filename})" if error.filename else error.strerror
     text = " ".join(str(error).split()) or type(error).__name__
-    return text if len(text) <= 400 else text[:400] + " ..."
+    # tensorstore's messages name the file first and the cause (the OS error) last
+    return text if len(text) <= 400 else f"{text[:150]} ... {text[-220:]}"
+
+
+def _ignore_closed_loop(hook):
+    """``sys.unraisablehook`` that drops asyncio's 'Event loop is closed' and passes the rest to
+    ``hook``."""
+    if getattr(hook, "_drops_closed_loop", False):
+        return hook
+
+    def _hook(unraisable):
+        error = unraisable.exc_value
+        if not (isinstance(error, RuntimeError) and str(error) == "Event loop is closed"):
+            hook(unraisable)
+
+    _hook._drops_closed_loop = True
+    return _hook
 
 
 class Checkpointer:
@@ -222,6 +240,10 @@ class Checkpointer:
         self.fingerprint = fingerprint
         self.extra = dict(extra or {})  # more manifest entries (e.g. the run's evaluation settings)
         self.directory = checkpoint_dir(run_dir)
+        # when a write fails, orbax closes its event loop while other writes are under way; each of
+        # them then reports back into the closed loop (RuntimeError 'Event loop is closed', printed
+        # with a traceback), during the save and after it: the failure is reported once, by save()
+        sys.unraisablehook = _ignore_closed_loop(sys.unraisablehook)
         extra_options = {}
         if jax.process_count() > 1:  # jax.distributed: only process 0 writes (host arrays, no sync)
             extra_options["multiprocessing_options"] = ocp.options.MultiprocessingOptions(
@@ -267,10 +289,20 @@ class Checkpointer:
         self.saved.append(int(update_idx))
 
     def _remove_unfinished(self, update_idx: int) -> None:
+        """Remove orbax's temporary directory of a failed save. The writes orbax had started still
+        finish (or fail) on tensorstore's threads after the error and may recreate part of it: removed
+        until none has appeared for 0.3 s (at most ~3 s)."""
         import shutil
 
-        for path in self.directory.glob(f"{update_idx}.orbax-checkpoint-tmp*"):
-            shutil.rmtree(path, ignore_errors=True)
+        quiet = 0
+        for _ in range(30):
+            found = list(self.directory.glob(f"{update_idx}.orbax-checkpoint-tmp*"))
+            for path in found:
+                shutil.rmtree(path, ignore_errors=True)
+            quiet = 0 if found else quiet + 1
+            if quiet >= 3:
+                return
+            time.sleep(0.1)
 
     def close(self) -> None:
         self.manager.close()

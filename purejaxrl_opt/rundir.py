@@ -38,10 +38,10 @@ def _reason(error: OSError) -> str:
 
 
 def create(path: str | os.PathLike, what: str = "run directory") -> Path:
-    """``path`` made (with its parents), remembered when this call created it; RunDirError if it
-    cannot be."""
+    """``path`` made (with its parents), remembering the directories this call created; RunDirError
+    if it cannot be."""
     path = Path(path).absolute()
-    existed = path.exists()
+    missing = [p for p in (path, *path.parents) if not p.exists()]
     try:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
@@ -49,27 +49,31 @@ def create(path: str | os.PathLike, what: str = "run directory") -> Path:
                           "way") from None
     except OSError as error:
         raise RunDirError(f"cannot create the {what} {path}: {_reason(error)}") from None
-    if not existed:
-        _created.add(path)
+    _created.update(missing)
     return path
 
 
 def created_here(path: str | os.PathLike) -> bool:
-    """Whether this process created ``path`` (or a directory above it) for its run."""
+    """Whether this process created ``path`` (or a directory above it: a sweep dir) for its run."""
     path = Path(path).absolute()
-    return any(path == c or c in path.parents for c in _created)
+    return any(p in _created for p in (path, *path.parents))
 
 
 def discard_if_empty(path: str | os.PathLike) -> None:
-    """Remove ``path`` when this process created it and it is (still) empty."""
+    """Remove ``path`` when this process created it and it is (still) empty, and then each parent
+    this process created that is left empty."""
     path = Path(path).absolute()
-    if created_here(path):
+    if not created_here(path):
+        return
+    while True:
         try:
             path.rmdir()  # only an empty directory
         except OSError:
-            pass
-        else:
-            _created.discard(path)
+            return
+        _created.discard(path)
+        path = path.parent
+        if path not in _created:
+            return
 
 
 class RunDirLock:

@@ -264,7 +264,8 @@ def _restore_for_resume(out_dir: Path, fingerprint: dict, shape, resume_step: in
     try:
         return checkpoint.restore(out_dir, fingerprint, shape, resume_step)
     except checkpoint.CorruptCheckpointError as error:
-        older = [s for s in checkpoint.available_steps(out_dir) if s < (resume_step or 1 << 62)]
+        steps = checkpoint.available_steps(out_dir)
+        older = [s for s in steps if s < (resume_step or steps[-1])]
         hint = (f"\nResume from an older checkpoint with resume_step=N (N one of {older}); the "
                 "checkpoints after it are then written again." if older else "")
         raise checkpoint.CorruptCheckpointError(f"{error}{hint}") from None

@@ -96,6 +96,7 @@ def main(cfg: DictConfig) -> float:
     except CheckpointWriteError as error:
         # the results so far are on disk; a chunk of updates may still be running on the device,
         # and a normal exit would wait for it
+        rundir.discard_if_empty(out_dir)
         print(f"purejaxrl_opt: checkpoint write failed: {error}", file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()
