@@ -353,12 +353,18 @@ def test_zero_size_arrays_are_checkpointed(tmp_path):
     np.testing.assert_array_equal(back["qpos"], np.asarray(tree["qpos"]))
 
 
-def test_checkpoints_are_named_by_the_update_reached():
-    """A run with a budget of env steps (GRPO) stops before the chunk boundary it was dispatched to:
-    its checkpoint is named by the updates its most advanced lane did."""
+def test_checkpoints_are_named_by_the_update_reached(tmp_path):
+    """GRPO on Catch: every episode lasts 9 steps, so the budget of 1000 real steps ends after 28
+    updates, inside the progress chunk 16..32 (chunks double with a budget): the final checkpoint is
+    named 28, and it holds update counters of 28."""
     from purejaxrl_opt import runner
+    from purejaxrl_opt.config import EnvConfig, GRPOConfig, RunConfig
 
-    class Loop:
-        update_idx = np.array([7, 5, 7], np.int32)
-
-    assert runner.update_reached(Loop()) == 7
+    run = RunConfig(algo=GRPOConfig(num_groups=2, group_size=2, num_minibatches=2),
+                    env=EnvConfig(id="Catch-bsuite"), total_timesteps=1000, num_seeds=1, eval_episodes=1)
+    run.validate()
+    result = runner.execute(run, tmp_path, loggers=(), num_chunks=4,
+                            checkpoints=runner.CheckpointSettings(every_updates=0, final=True))
+    assert result.summary["num_updates"] == 28 and result.summary["max_updates"] == 250
+    assert checkpoint.available_steps(tmp_path) == [28]
+    assert checkpoint.read_manifest(tmp_path)[1]["update_idx"] == 28
