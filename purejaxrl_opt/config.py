@@ -621,6 +621,7 @@ class Settings:
     parallel: ParallelConfig
     logger: LoggerConfig
     sweep: SweepConfig
+    resume_step: int | None = None  # the checkpoint (update) to resume from; None = the newest
 
 
 # keys consumed outside the training function (logging, output, launch), each a section type
@@ -647,11 +648,16 @@ def parse_settings(cfg: Any) -> Settings:
     raw = _raw(cfg)
     run = from_dictconfig(raw)
     sections = {name: parse_section(cls, raw.get(name), name) for name, cls in OUTER_SECTIONS.items()}
-    resume = raw.get("resume")
+    resume, resume_step = raw.get("resume"), raw.get("resume_step")
+    if resume_step is not None:
+        _check(isinstance(resume_step, int) and not isinstance(resume_step, bool) and resume_step >= 1,
+               "resume_step", resume_step, "null or the update (an int >= 1) of a checkpoint of the "
+               "run dir given by resume")
+        _check(resume is not None, "resume_step", resume_step, "null unless resume=RUN_DIR is set")
     if resume is not None:
         _check(isinstance(resume, str), "resume", resume, "an existing run directory")
-        checkpoint.check_resume_dir(resume)
-    return Settings(run=run, resume=resume, **sections)
+        checkpoint.check_resume_dir(resume, resume_step)
+    return Settings(run=run, resume=resume, resume_step=resume_step, **sections)
 
 
 # --------------------------------------------------------------------------- building
@@ -713,7 +719,8 @@ def from_dictconfig(cfg: Any) -> RunConfig:
     raw = _raw(cfg)
     run_keys = {f.name for f in dataclasses.fields(RunConfig)}
     # keys consumed outside the training function (logging, output, launch)
-    outer_keys = {"logger", "hydra", "progress", "checkpoint", "resume", "sweep", "parallel", "out_dir"}
+    outer_keys = {"logger", "hydra", "progress", "checkpoint", "resume", "resume_step", "sweep", "parallel",
+                  "out_dir"}
     unknown = sorted(set(raw) - run_keys - outer_keys)
     if unknown:
         raise ConfigError(f"unknown config key '{unknown[0]}'; allowed top-level keys: "

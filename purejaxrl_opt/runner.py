@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from purejaxrl_opt import algos, checkpoint, sweep
+from purejaxrl_opt import algos, checkpoint, rundir, sweep
 from purejaxrl_opt.artifacts import (make_summary, memory_report, plot_learning_curve, write_json_atomic,
                                      write_metrics_csv)
 from purejaxrl_opt import evaluation
@@ -136,15 +136,15 @@ def chunk_stops(num_updates: int, num_chunks: int, checkpoint_every: int = 0, st
 
 def train_lanes(compiled: Compiled, keys, hparams, num_updates: int, num_chunks: int,
                 on_chunk=None, *, loop: Loop | None = None, checkpoint_every: int = 0,
-                on_checkpoint=None, finished=None) -> tuple[Loop, float]:
+                on_checkpoint=None, finished=None, final_checkpoint: bool = True) -> tuple[Loop, float]:
     """Run every update in chunks, from ``loop`` (a restored state) or from a fresh init.
 
     ``on_chunk(metrics, updates_done, seconds)`` runs after each chunk with host metrics;
     ``on_checkpoint(loop, updates_done)`` after each chunk ending on a multiple of
-    ``checkpoint_every`` and after the last one. Both run once the *next* chunk is dispatched.
-    ``finished(loop) -> bool`` (algorithms with a budget of env steps): once a chunk's state is
-    finished, later chunks would change nothing, so no more are dispatched; the last dispatched one
-    counts as the last (progress, final checkpoint at its update count).
+    ``checkpoint_every`` and, with ``final_checkpoint``, after the last one. Both run once the *next*
+    chunk is dispatched. ``finished(loop) -> bool`` (algorithms with a budget of env steps): once a
+    chunk's state is finished, later chunks would change nothing, so no more are dispatched; the last
+    dispatched one counts as the last (progress, final checkpoint at its update count).
 
     Returns the final loop and the training seconds: from the start through the last update's end,
     without the work done after it (the last progress report, the final checkpoint).
@@ -165,8 +165,9 @@ def train_lanes(compiled: Compiled, keys, hparams, num_updates: int, num_chunks:
         if on_chunk is not None:
             metrics = host_metrics(_to_host(chunk_loop.metrics))  # waits for this chunk only
             on_chunk(metrics, num_updates if last else updates_done, time.perf_counter() - start)
-        if on_checkpoint is not None and (updates_done == num_updates or last or (
-                checkpoint_every > 0 and updates_done % checkpoint_every == 0)):
+        final = updates_done == num_updates or last
+        if on_checkpoint is not None and ((final and final_checkpoint) or (
+                not final and checkpoint_every > 0 and updates_done % checkpoint_every == 0)):
             on_checkpoint(chunk_loop, updates_done)
 
     pending = None  # (loop, done) of the previous chunk, handled after the next one is dispatched
@@ -190,18 +191,34 @@ def train_lanes(compiled: Compiled, keys, hparams, num_updates: int, num_chunks:
     return loop, seconds
 
 
+def update_reached(loop: Loop) -> int:
+    """The update count of the most advanced lane: the name of ``loop``'s checkpoint. A run with a
+    budget of env steps (GRPO) may stop before the chunk boundary it was dispatched to."""
+    return int(np.asarray(_to_host(loop.update_idx)).max())
+
+
 def execute(run: RunConfig, out_dir: str | os.PathLike, loggers=(), num_chunks: int = 1,
             plan: sweep.SweepPlan | None = None, checkpoints: CheckpointSettings | None = None,
-            resume: bool = False, parallel=None) -> RunResult:
+            resume: bool = False, parallel=None, resume_step: int | None = None,
+            on_validated=None) -> RunResult:
     """Train every lane of ``run`` (x ``plan``'s configs) and write ``metrics.csv``, ``summary.json``
     and ``learning_curve.png`` into ``out_dir``.
 
     ``checkpoints`` (default: none) saves the training state into ``out_dir/checkpoints``;
-    ``resume`` continues from the latest checkpoint there. Every check that can fail on bad input
-    (no checkpoint, a mismatching or corrupt one, a fresh run over existing checkpoints) runs before
-    anything is compiled or written; so does the device layout check. ``parallel``
+    ``resume`` continues from the latest checkpoint there (``resume_step``: from the checkpoint of that
+    update; the later ones are removed first, the run writes them again). ``out_dir`` is locked for
+    this run (:func:`purejaxrl_opt.rundir.lock`: a directory in use by another run is refused). Every
+    check that can fail on bad input (a directory in use, no checkpoint, a mismatching or corrupt one,
+    a fresh run over existing checkpoints, a checkpoint directory that cannot be written) runs before
+    anything is compiled or written; so does the device layout check. Then ``on_validated(out_dir)``
+    runs (the CLI records the run's config there). ``parallel``
     (:class:`purejaxrl_opt.parallel.ParallelSettings`, default lanes=auto, data=1) shards the lanes
     over the local devices and/or runs each agent data parallel over ``data`` devices.
+
+    The results are written before the final checkpoint: a final checkpoint that cannot be written
+    (CheckpointWriteError) leaves ``summary.json`` and ``metrics.csv`` of the finished training on
+    disk; a periodic one, ``metrics.csv`` of the updates done so far (unless the directory holds a
+    finished run's ``summary.json``).
     """
     from purejaxrl_opt import parallel as par
 
@@ -216,19 +233,51 @@ def execute(run: RunConfig, out_dir: str | os.PathLike, loggers=(), num_chunks: 
     shape = loop_shape(algo, keys, hparams)  # global shapes, the same with or without a layout
     checkpoints = checkpoints or CheckpointSettings(every_updates=0, final=False)
     fingerprint = checkpoint.fingerprint(run, plan, shape)
-    restored, start_update = None, 0
-    if resume:
-        restored, start_update = checkpoint.restore(out_dir, fingerprint, shape)
-    elif checkpoints.enabled and checkpoint.available_steps(out_dir):
-        raise checkpoint.CheckpointError(
-            f"{checkpoint.checkpoint_dir(out_dir)} already holds checkpoints "
-            f"{checkpoint.available_steps(out_dir)}; continue that run with resume={out_dir} or "
-            "choose another run dir (nothing was overwritten)")
-
     main = par.is_main_process()  # with jax.distributed, only process 0 writes and logs
-    loggers = loggers if main else ()
+    lock = rundir.lock(out_dir) if main else None
+    try:
+        restored, start_update, superseded = None, 0, []
+        if resume:
+            restored, start_update = _restore_for_resume(out_dir, fingerprint, shape, resume_step)
+            superseded = [s for s in checkpoint.available_steps(out_dir) if s > start_update]
+        elif checkpoints.enabled and checkpoint.available_steps(out_dir):
+            raise checkpoint.CheckpointError(
+                f"{checkpoint.checkpoint_dir(out_dir)} already holds checkpoints "
+                f"{checkpoint.available_steps(out_dir)}; continue that run with resume={out_dir} or "
+                "choose another run dir (nothing was overwritten)")
+        if checkpoints.enabled and main:
+            checkpoint.check_writable(out_dir)
+        if superseded and main:
+            checkpoint.remove_steps(out_dir, superseded)
+        if on_validated is not None and main:
+            on_validated(out_dir)
+        return _train(run, out_dir, loggers if main else (), num_chunks, plan, checkpoints, algo, lanes,
+                      layout, data_algo, keys, hparams, fingerprint, restored, start_update, main,
+                      superseded)
+    finally:
+        if lock is not None:
+            lock.release()
+            rundir.discard_if_empty(out_dir)
+
+
+def _restore_for_resume(out_dir: Path, fingerprint: dict, shape, resume_step: int | None):
+    try:
+        return checkpoint.restore(out_dir, fingerprint, shape, resume_step)
+    except checkpoint.CorruptCheckpointError as error:
+        steps = checkpoint.available_steps(out_dir)
+        older = [s for s in steps if s < (resume_step or steps[-1])]
+        hint = (f"\nResume from an older checkpoint with resume_step=N (N one of {older}); the "
+                "checkpoints after it are then written again." if older else "")
+        raise checkpoint.CorruptCheckpointError(f"{error}{hint}") from None
+
+
+def _train(run, out_dir, loggers, num_chunks, plan, checkpoints, algo, lanes, layout, data_algo, keys,
+           hparams, fingerprint, restored, start_update, main, superseded) -> RunResult:
     if main:
         out_dir.mkdir(parents=True, exist_ok=True)
+    if superseded:
+        print(f"[purejaxrl_opt] removed the checkpoints {superseded} after update {start_update} "
+              "(this run writes them again)")
     for logger in loggers:
         logger.start(run, algo, out_dir, lanes=lanes, plan=plan, start_update=start_update)
     compiled = Compiled(algo, keys, hparams, layout, data_algo)
@@ -244,45 +293,72 @@ def execute(run: RunConfig, out_dir: str | os.PathLike, loggers=(), num_chunks: 
              if checkpoints.enabled and main else None)
     multi_process = jax.process_count() > 1
 
-    def on_checkpoint(loop, updates_done):
-        if updates_done < algo.num_updates or checkpoints.final or (
-                checkpoints.every_updates and updates_done % checkpoints.every_updates == 0):
-            if multi_process:  # a collective: every process gathers, process 0 saves
-                loop = _to_host(loop)
-            if saver is not None:
-                saver.save(loop, updates_done)
+    def save(loop) -> None:
+        step = update_reached(loop)
+        if multi_process:  # a collective: every process gathers, process 0 saves
+            loop = _to_host(loop)
+        if saver is not None:
+            saver.save(loop, step)
+
+    def on_checkpoint(loop, updates_done):  # the periodic ones; the final one is saved below
+        try:
+            save(loop)
+        except checkpoint.CheckpointWriteError:
+            if main and not (out_dir / "summary.json").exists():  # the updates done so far
+                write_metrics_csv(out_dir / "metrics.csv", run, host_metrics(_to_host(loop.metrics)),
+                                  hparams, lanes=lanes, plan=plan)
+            raise
 
     try:
         loop, run_seconds = train_lanes(
             compiled, keys, hparams, algo.num_updates, num_chunks, on_chunk, loop=restored,
             checkpoint_every=checkpoints.every_updates,
-            on_checkpoint=on_checkpoint if checkpoints.enabled else None,
-            finished=lanes_finished(algo) if algo.lane_active is not None else None)
+            on_checkpoint=on_checkpoint if checkpoints.every_updates > 0 else None,
+            finished=lanes_finished(algo) if algo.lane_active is not None else None,
+            final_checkpoint=False)
+        eval_returns = np.asarray(_to_host(compiled.evaluate(loop)))
+        metrics = host_metrics(_to_host(loop.metrics))
+        num_params = count_params(jax.tree_util.tree_map(
+            lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), algo.param_fn(loop.algo_state)))
+        summary = make_summary(run, algo, metrics, eval_returns, compiled.seconds, run_seconds, num_params,
+                               lanes=lanes, plan=plan, start_update=start_update,
+                               parallel_layout=layout.describe())
+        summary["memory"] = memory_report(compiled)
+        reached = update_reached(loop)
+        if start_update > 0 and reached == start_update:
+            # a finished run resumed: nothing trained, this is a new final evaluation of it
+            summary.update(_original_timing(out_dir), reevaluated=True)
+        token_examples = None
+        if algo.spec.vocab is not None:
+            token_stats, token_examples = evaluation.token_accuracy(algo, _to_host(loop))
+            summary.update(token_stats)
+        if main:
+            if token_examples is not None:
+                (out_dir / "examples.txt").write_text(token_examples)
+            write_metrics_csv(out_dir / "metrics.csv", run, metrics, hparams, lanes=lanes, plan=plan)
+            write_json_atomic(out_dir / "summary.json", summary)
+            plot_learning_curve(out_dir, summary, metrics)
+            for logger in loggers:
+                logger.finish(summary, metrics, out_dir)
+        # after the results, so that a checkpoint that cannot be written costs none of them
+        if checkpoints.final or (checkpoints.every_updates and reached % checkpoints.every_updates == 0):
+            save(loop)
     finally:
         if saver is not None:
             saver.close()
-    eval_returns = np.asarray(_to_host(compiled.evaluate(loop)))
-    metrics = host_metrics(_to_host(loop.metrics))
-    num_params = count_params(jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
-                                                     algo.param_fn(loop.algo_state)))
-    summary = make_summary(run, algo, metrics, eval_returns, compiled.seconds, run_seconds, num_params,
-                           lanes=lanes, plan=plan, start_update=start_update,
-                           parallel_layout=layout.describe())
-    summary["memory"] = memory_report(compiled)
-    token_examples = None
-    if algo.spec.vocab is not None:
-        token_stats, token_examples = evaluation.token_accuracy(algo, _to_host(loop))
-        summary.update(token_stats)
-    if not main:
-        return RunResult(summary, loop, eval_returns)
-    if token_examples is not None:
-        (out_dir / "examples.txt").write_text(token_examples)
-    write_metrics_csv(out_dir / "metrics.csv", run, metrics, hparams, lanes=lanes, plan=plan)
-    write_json_atomic(out_dir / "summary.json", summary)
-    plot_learning_curve(out_dir, summary, metrics)
-    for logger in loggers:
-        logger.finish(summary, metrics, out_dir)
     return RunResult(summary, loop, eval_returns)
+
+
+def _original_timing(out_dir: Path) -> dict:
+    """compile/run seconds and env steps/s of the run's own ``summary.json`` (when there is one)."""
+    import json
+
+    try:
+        previous = json.loads((out_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {key: previous[key] for key in ("compile_seconds", "run_seconds", "env_steps_per_second")
+            if key in previous}
 
 
 def lanes_finished(algo: Algorithm):

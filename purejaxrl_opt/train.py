@@ -10,15 +10,22 @@
     python -m purejaxrl_opt.train checkpoint.every_updates=50 resume=RUN_DIR
 
 Every run writes ``summary.json``, ``metrics.csv``, ``learning_curve.png``, its final checkpoint and
-the resolved config (``.hydra/``) into its Hydra run directory (a resumed run: into ``RUN_DIR``).
-Configuration errors stop the run before anything is compiled or written. ``main`` returns the run's
-objective (``sweep.objective``: the mean, or the IQM, of the seeds' final returns), which is what
-Hydra's sweepers optimise; see purejaxrl_opt/search.py.
+the resolved config (``.hydra/``) into its Hydra run directory (a resumed run: into ``RUN_DIR``, whose
+recorded config stays the original run's). Errors in the input (the config, a run directory in use by
+another run or that cannot be written, a mismatching or corrupt checkpoint) stop the run with one line
+on stderr (exit status 2) before anything is compiled or written: Hydra writes nothing itself
+(``hydra.output_subdir: null``, no log file), the config is recorded once the run has been validated
+and holds the directory (purejaxrl_opt/rundir.py), and a run directory the refused run created is
+removed again. A checkpoint that cannot be written ends the process at once (exit status 1, one line;
+the results written so far stay, see runner.execute). ``main`` returns the run's objective
+(``sweep.objective``: the mean, or the IQM, of the seeds' final returns), which is what Hydra's
+sweepers optimise; see purejaxrl_opt/search.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 
 
@@ -30,7 +37,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from purejaxrl_opt.checkpoint import CheckpointError
+from purejaxrl_opt import rundir
+from purejaxrl_opt.checkpoint import CheckpointError, CheckpointWriteError
 from purejaxrl_opt.config import ConfigError, LoggerConfig, parse_parallel, parse_settings
 
 
@@ -43,12 +51,13 @@ def _default_wandb_group(logger: LoggerConfig) -> LoggerConfig:
     return logger
 
 
-def run_from_config(cfg: DictConfig, out_dir: str):
+def run_from_config(cfg: DictConfig, out_dir: str, on_validated=None):
     """Validate ``cfg`` and execute it into ``out_dir`` (or the ``resume`` dir); returns the result.
 
     Every check of the input (config.parse_settings: every section; then the sweep against the
-    algorithm, W&B credentials, the device layout and checkpoints in the runner) runs before anything
-    is compiled.
+    algorithm, W&B credentials, the device layout, the run directory's lock and checkpoints in the
+    runner) runs before anything is compiled; ``on_validated(out_dir)`` runs once they all passed (a
+    fresh run only: a resumed one keeps the original run's record).
     """
     from purejaxrl_opt import parallel
 
@@ -63,7 +72,8 @@ def run_from_config(cfg: DictConfig, out_dir: str):
     return runner.execute(settings.run, settings.resume or out_dir, sinks,
                           num_chunks=settings.progress.num_chunks, plan=plan,
                           checkpoints=settings.checkpoint, resume=settings.resume is not None,
-                          parallel=settings.parallel)
+                          parallel=settings.parallel, resume_step=settings.resume_step,
+                          on_validated=None if settings.resume else on_validated)
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
@@ -73,20 +83,39 @@ def main(cfg: DictConfig) -> float:
     import logging
 
     logging.getLogger("jax").setLevel(logging.WARNING)
+    out_dir = HydraConfig.get().runtime.output_dir
     try:
         batched = _batched_search_job(cfg)
-        result = run_from_config(cfg, HydraConfig.get().runtime.output_dir)
+        result = run_from_config(cfg, out_dir, on_validated=lambda d: rundir.write_hydra_record(d, cfg))
     except ConfigError as error:
-        print(f"purejaxrl_opt: configuration error: {error}", file=sys.stderr)
-        sys.exit(2)
+        _refused(f"configuration error: {error}", out_dir)
     except CheckpointError as error:
-        print(f"purejaxrl_opt: checkpoint error: {error}", file=sys.stderr)
-        sys.exit(2)
+        _refused(f"checkpoint error: {error}", out_dir)
+    except rundir.RunDirError as error:
+        _refused(str(error), out_dir)
+    except CheckpointWriteError as error:
+        # the results so far are on disk; a chunk of updates may still be running on the device,
+        # and a normal exit would wait for it
+        rundir.discard_if_empty(out_dir)
+        print(f"purejaxrl_opt: checkpoint write failed: {error}", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+    finally:
+        rundir.discard_if_empty(out_dir)  # a resume's own (empty) Hydra run dir
     from purejaxrl_opt import sweep
 
     # the objective (sweep.objective over the seeds' final returns); a job of a batched search
     # returns one value per suggestion it trained (purejaxrl_opt/search.py tells each its own)
     return sweep.run_objective(result.summary, str(cfg.sweep.objective), per_config=batched)
+
+
+def _refused(message: str, out_dir: str):
+    """One line on stderr and exit status 2; the run dir is removed if this process created it and
+    nothing was written into it."""
+    rundir.discard_if_empty(out_dir)
+    print(f"purejaxrl_opt: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def _batched_search_job(cfg: DictConfig) -> bool:

@@ -189,8 +189,10 @@ def _validate_train(overrides: list[str]) -> None:
         # RUN_DIR is a placeholder: the key composes and names a string; checkpoint.check_resume_dir
         # (which needs a real run dir) is left out
         assert isinstance(cfg.resume, str)
+        assert cfg.get("resume_step") is None or isinstance(cfg.resume_step, int)
         with open_dict(cfg):
             cfg.resume = None
+            cfg.resume_step = None
     settings = parse_settings(cfg)
     sweep.plan_from_config(settings.sweep, settings.run)
 

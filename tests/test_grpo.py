@@ -434,7 +434,8 @@ def test_runner_chunks_checkpoints_and_resume_are_bitwise_neutral(tmp_path):
     assert chunked.summary["final_return_per_seed"] == plain.summary["final_return_per_seed"]
     assert plain.summary["env_steps_per_seed"] == [1008, 1008] and plain.summary["num_updates"] == 28
     steps = checkpoint.available_steps(tmp_path / "chunked")
-    assert steps[:5] == [5, 10, 15, 20, 25] and 28 <= steps[-1] < 64 and len(steps) <= 7, steps
+    # the last checkpoint is named by the updates the lanes did, not the chunk boundary past them
+    assert steps == [5, 10, 15, 20, 25, 28], steps
 
     resumed_dir = tmp_path / "resumed"
     shutil.copytree(tmp_path / "chunked", resumed_dir)

@@ -43,6 +43,8 @@ LAYERS = {
     # leaves. The env registry is a table of module names (imports only errors; it loads the adapter
     # of a named library with importlib), which config's validation of env.id reads.
     "config": LEAF, "errors": LEAF, "checkpoint": LEAF, "xla_flags": LEAF, "envs.registry": LEAF,
+    # the run directory's lock and recorded config (a Hydra callback too)
+    "rundir": LEAF,
     # per-backend implementation choices (config validates against them) and the progress bars
     "implementations": LEAF, "progress": LEAF,
 }
