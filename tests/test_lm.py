@@ -547,3 +547,46 @@ def test_a_model_without_a_chat_template_says_so(tmp_path, models):
     (path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
     with pytest.raises(ConfigError, match="no chat template"):
         load(path).generate(["Hi"], chat=True)
+
+
+# --------------------------------------------------------------------------- CLI
+def _compose_generate(*overrides: str):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "conf"), version_base=None):
+        return compose(config_name="generate", overrides=list(overrides))
+
+
+@pytest.mark.parametrize("overrides, fragment", [
+    (["prompt=hi"], "config key 'model.path' is required"),
+    (["model.path=m", "prompt=hi", "+beam=4"], "unknown config key 'beam'"),
+    (["model.path=m", "prompt=hi", "+model.revision=main"], "unknown config key 'model.revision'"),
+    (["model.path=m"], "config key 'prompt' = '???' is invalid"),
+    (["model.path=m", "prompt=hi", "top_p=1.5"], "config key 'top_p' = 1.5 is invalid"),
+    (["model.path=m", "prompt=hi", "temperature=hot"], "config key 'temperature' = 'hot' is invalid"),
+    (["model.path=m", "prompt=hi", "model.dtype=float16"], "config key 'model.dtype' = 'float16' is invalid"),
+    (["model.path=m", "prompt=hi", "padding=middle"], "config key 'padding' = 'middle' is invalid"),
+])
+def test_generate_cli_refuses_bad_options_before_loading(overrides, fragment):
+    from purejaxrl_opt.generate import config_from_hydra
+
+    with pytest.raises(ConfigError) as info:
+        config_from_hydra(_compose_generate(*overrides))
+    assert fragment in str(info.value)
+
+
+def test_generate_cli_prints_the_completions(models, llama):
+    import subprocess
+    import sys
+
+    path = models["llama"][0]
+    expected = llama.generate(["Hi?", TEXTS[0]], max_new_tokens=5, chat=True)
+    proc = subprocess.run([sys.executable, "-m", "purejaxrl_opt.generate", f"model.path={path}",
+                           f"prompt=[Hi?, '{TEXTS[0]}']", "chat=true", "max_new_tokens=5"],
+                          capture_output=True, text=True, timeout=300, cwd=path.parent)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"--- 0: Hi?\n{expected[0]}\n--- 1: {TEXTS[0]}\n{expected[1]}\n"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["llama", "qwen2", "qwen3", "sharded"]
+    bad = subprocess.run([sys.executable, "-m", "purejaxrl_opt.generate", f"model.path={path}/nope",
+                          "prompt=x"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "nope: no such file or directory" in bad.stderr
