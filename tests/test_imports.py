@@ -19,11 +19,16 @@ LAYERS = {
     "train": ENTRY, "sft": ENTRY, "evaluate": ENTRY, "benchmark": ENTRY,
     # the Hydra search sweeper (hydra/sweeper=optuna): launches train jobs, reads their results
     "search": ENTRY,
+    # text generation from a pretrained LM (python -m purejaxrl_opt.generate)
+    "generate": ENTRY,
     # orchestration (report: reads run dirs and plots; its CLI is an entry point, but runner/artifacts
     # plot with it, and it imports nothing of the package)
     "runner": ORCHESTRATION, "artifacts": ORCHESTRATION, "loggers": ORCHESTRATION,
     "parallel": ORCHESTRATION, "sweep": ORCHESTRATION, "report": ORCHESTRATION,
     "stats": ORCHESTRATION,
+    # pretrained LMs, host side: loaders (safetensors, GGUF), tokenizer and chat template, save
+    "lm": ORCHESTRATION, "lm.tokenizer": ORCHESTRATION, "lm.weights": ORCHESTRATION,
+    "lm.gguf_file": ORCHESTRATION,
     # name (and env kind) -> algorithm module
     "algos": REGISTRY,
     # one file per algorithm: never imports another
@@ -36,6 +41,8 @@ LAYERS = {
     # models
     "policies": MODEL, "networks": MODEL, "transformer": MODEL, "distributions": MODEL,
     "pretrained": MODEL,
+    # pretrained causal LMs (Llama / Qwen2 families) and their sampler
+    "models": MODEL, "models.causal_lm": MODEL, "models.sampling": MODEL,
     # environments (envs/: the protocol, one adapter per library, wrappers; every module of envs/ not
     # named here is an adapter, at this layer: see layer())
     "envs": ENV, "envs.protocol": ENV, "envs.tokens": ENV, "envs.tasks": ENV, "envs.wrappers": ENV,
