@@ -28,7 +28,7 @@ LAYERS = {
     "stats": ORCHESTRATION,
     # GRPO on a pretrained LM, host side: prompts, tasks, Python reward functions, the split-step driver
     "lm.data": ORCHESTRATION, "lm.rewards": ORCHESTRATION, "lm.tasks": ORCHESTRATION,
-    "lm.runner": ORCHESTRATION,
+    "lm.runner": ORCHESTRATION, "lm.tiny": ORCHESTRATION,
     # pretrained LMs, host side: loaders (safetensors, GGUF), tokenizer and chat template, save
     "lm": ORCHESTRATION, "lm.tokenizer": ORCHESTRATION, "lm.weights": ORCHESTRATION,
     "lm.gguf_file": ORCHESTRATION,
@@ -36,6 +36,8 @@ LAYERS = {
     "algos": REGISTRY,
     # one file per algorithm: never imports another
     "algos.ppo": ALGORITHM, "algos.trpo": ALGORITHM, "algos.grpo": ALGORITHM, "algos.ppo_tokens": ALGORITHM,
+    # GRPO on a pretrained LM: the compiled sampling and update of its split step
+    "algos.grpo_lm": ALGORITHM,
     # what every algorithm plugs into: Algorithm, Loop, run_updates
     "algos.base": FRAMEWORK,
     # shared stages

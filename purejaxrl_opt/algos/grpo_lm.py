@@ -190,6 +190,11 @@ class LMGRPO:
         return group_advantages(grouped, self.algo.scale_rewards).reshape(-1), rewards, has_spread(grouped)
 
 
+def advantages_of(grpo: LMGRPO, batch: Batch) -> jnp.ndarray:
+    """The group-relative advantages ``[B]`` of ``batch``'s rewards (:meth:`LMGRPO.advantages`)."""
+    return grpo.advantages(batch)[0]
+
+
 def _sample(grpo: LMGRPO, trained, frozen, prompt_tokens, prompt_mask, key):
     params = grpo.policy_params(trained, frozen)
     tokens = jnp.repeat(prompt_tokens, grpo.algo.group_size, axis=0)
@@ -210,8 +215,44 @@ def _log_probs_in_micro_batches(grpo: LMGRPO, params, tokens, attention, complet
     return jax.lax.stop_gradient(jax.lax.map(one, chunks).reshape(completions.shape))
 
 
+def minibatch_grads(grpo: LMGRPO, trained, frozen, mb: dict, hparams, single_step: bool):
+    """``((loss, grads), diagnostics)`` of one minibatch ``mb`` (``[minibatch, ...]`` leaves: tokens,
+    attention, completions, advantages, mask, log_prob_old, log_prob_ref), accumulated over its
+    micro-batches in a ``lax.scan``: the loss is :func:`policy_objective` with the minibatch's
+    reduction, each micro-batch contributing its share (:func:`micro_reduce`), so loss and gradient
+    are those of the whole minibatch in one pass. ``single_step``: ``pi_old`` is the current policy
+    (``log_prob_old`` unused)."""
+    algo = grpo.algo
+    minibatch = mb["tokens"].shape[0]
+    micro = grpo.lm.micro_batch_size or minibatch
+    minibatch_tokens = mb["mask"].sum().astype(jnp.float32)
+
+    def micro_loss(trained, chunk):
+        params = grpo.policy_params(trained, frozen)
+        log_prob, entropy = completion_log_probs(params, grpo.cfg, chunk["tokens"], chunk["attention"],
+                                                 chunk["completions"], grpo.prompt_len, grpo.lm.temperature)
+        if algo.ent_coef == 0:
+            entropy = jax.lax.stop_gradient(entropy)
+        old = jax.lax.stop_gradient(log_prob) if single_step else chunk["log_prob_old"]
+        ref = jax.lax.stop_gradient(log_prob) if algo.beta == 0 else chunk["log_prob_ref"]
+        reduce = micro_reduce(algo.reduction, chunk["mask"], minibatch, minibatch_tokens, grpo.lm.max_new_tokens)
+        return policy_objective(log_prob, old, ref, entropy, chunk["advantages"], chunk["mask"], hparams,
+                                algo.reduction, algo, reduce=reduce)
+
+    grad_micro = jax.value_and_grad(micro_loss, has_aux=True)
+    chunks = jax.tree_util.tree_map(lambda x: x.reshape((minibatch // micro, micro) + x.shape[1:]), mb)
+
+    def accumulate(total, chunk):
+        (loss, diagnostics), grads = grad_micro(trained, chunk)
+        return jax.tree_util.tree_map(jnp.add, total, (loss, grads)), diagnostics
+
+    zeros = (jnp.zeros((), jnp.float32), jax.tree_util.tree_map(jnp.zeros_like, trained))
+    loss_and_grads, diagnostics = jax.lax.scan(accumulate, zeros, chunks)
+    return loss_and_grads, jax.tree_util.tree_map(jnp.mean, diagnostics)
+
+
 def _update(grpo: LMGRPO, state: LMState, frozen, batch: Batch, hparams, key):
-    algo, num_new = grpo.algo, grpo.lm.max_new_tokens
+    algo = grpo.algo
     total = grpo.num_completions
     minibatch = total // algo.num_minibatches
     micro = grpo.lm.micro_batch_size or minibatch
@@ -234,31 +275,9 @@ def _update(grpo: LMGRPO, state: LMState, frozen, batch: Batch, hparams, key):
             "advantages": jnp.broadcast_to(advantages[:, None], completion_mask.shape), "mask": loss_mask,
             "log_prob_old": log_prob_old, "log_prob_ref": log_prob_ref}
 
-    def micro_loss(trained, chunk, minibatch_tokens):
-        params = grpo.policy_params(trained, frozen)
-        log_prob, entropy = completion_log_probs(params, grpo.cfg, chunk["tokens"], chunk["attention"],
-                                                 chunk["completions"], grpo.prompt_len, grpo.lm.temperature)
-        if algo.ent_coef == 0:
-            entropy = jax.lax.stop_gradient(entropy)
-        old = jax.lax.stop_gradient(log_prob) if single_step else chunk["log_prob_old"]
-        ref = jax.lax.stop_gradient(log_prob) if algo.beta == 0 else chunk["log_prob_ref"]
-        reduce = micro_reduce(algo.reduction, chunk["mask"], minibatch, minibatch_tokens, num_new)
-        return policy_objective(log_prob, old, ref, entropy, chunk["advantages"], chunk["mask"], hparams,
-                                algo.reduction, algo, reduce=reduce)
-
-    grad_micro = jax.grad(micro_loss, has_aux=True)
-
     def grad_fn(trained, mb):
-        minibatch_tokens = mb["mask"].sum().astype(jnp.float32)
-        chunks = jax.tree_util.tree_map(lambda x: x.reshape((minibatch // micro, micro) + x.shape[1:]), mb)
-
-        def accumulate(grads, chunk):
-            chunk_grads, diagnostics = grad_micro(trained, chunk, minibatch_tokens)
-            return jax.tree_util.tree_map(jnp.add, grads, chunk_grads), diagnostics
-
-        zeros = jax.tree_util.tree_map(jnp.zeros_like, trained)
-        grads, diagnostics = jax.lax.scan(accumulate, zeros, chunks)
-        return grads, jax.tree_util.tree_map(jnp.mean, diagnostics)
+        loss_and_grads, diagnostics = minibatch_grads(grpo, trained, frozen, mb, hparams, single_step)
+        return loss_and_grads[1], diagnostics
 
     learning_rate = grpo.learning_rate(hparams["lr"], state.update_idx)
     optimizer = grpo.optimizer(learning_rate, hparams["max_grad_norm"])

@@ -185,7 +185,8 @@ def restore_checkpoint(run_dir: Path, template, settings: LMSettings):
     update = checkpoint_steps(run_dir)[-1]
     directory = Path(run_dir) / checkpoint.DIRNAME / str(update)
     saved = checkpoint.read_tree_manifest(directory)
-    differing = checkpoint.mismatches(saved["fingerprint"].get("config", {}), settings.fingerprint())
+    differing = checkpoint.mismatches({"config": saved["fingerprint"].get("config", {})},
+                                      {"config": settings.fingerprint()})
     if differing:
         raise checkpoint.CheckpointError(f"checkpoint {directory} was written by another configuration: "
                                          + "; ".join(differing[:6]))
