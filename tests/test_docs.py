@@ -8,7 +8,7 @@ composes and validates, and every results file they cite exists and says where i
   and its configuration is composed with Hydra's compose API on conf/ (multirun sweeps expanded into
   their jobs, a search range ``interval(a, b)`` into its two ends) and validated with the project's own checks (``config.parse_settings`` and
   ``sweep.plan_from_config`` for training, as ``train.run_from_config`` does before compiling;
-  ``sft.config_from_hydra`` for SFT; the benchmark's dry run for suites; the CLI's argument parser for
+  ``sft.config_from_hydra`` for SFT; ``generate.config_from_hydra`` for generation; the benchmark's dry run for suites; the CLI's argument parser for
   ``evaluate`` and ``report``; the script's own flags for ``experiments/*.py``). Nothing is compiled or
   trained, so a renamed or removed key fails CI within seconds;
 * experiments/provenance.py's citation check over README.md and docs/*.md.
@@ -38,7 +38,7 @@ DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 _FENCE = re.compile(r"^ {0,3}```([A-Za-z]*)[^\n]*\n(.*?)^ {0,3}```[ \t]*$", re.M | re.S)
 _INLINE = re.compile(r"`([^`\n]+)`")
 SHELL_LANGS = {"bash", "sh", "shell", "console"}
-ENTRY_POINTS = ("train", "sft", "evaluate", "report", "benchmark")
+ENTRY_POINTS = ("train", "sft", "evaluate", "report", "benchmark", "generate")
 
 
 @dataclass(frozen=True)
@@ -260,6 +260,11 @@ def validate(command: Command, tmp_dir: Path, checked: set | None = None) -> Non
     elif target == "benchmark":
         for job in _jobs(overrides, multirun):
             _validate_benchmark(job, checked)
+    elif target == "generate":
+        from purejaxrl_opt import generate
+
+        for job in _jobs(overrides, multirun):
+            generate.config_from_hydra(_compose("generate", job))
     elif target == "evaluate":
         from purejaxrl_opt import evaluate
 

@@ -50,6 +50,12 @@ def _field_values(reader) -> dict:
     return values
 
 
+def _float32_value(value) -> float:
+    """A float32 metadata value as the decimal it was written from (1e-05, not 9.99999974738e-06): the
+    shortest repr that rounds to the same float32."""
+    return float(str(np.float32(value)))
+
+
 def hf_config(fields: dict, tensor_names: set[str], source: str) -> dict:
     """A Hugging Face ``config.json`` dict from GGUF metadata (``{arch}.*`` keys)."""
     arch = fields.get("general.architecture")
@@ -80,8 +86,8 @@ def hf_config(fields: dict, tensor_names: set[str], source: str) -> dict:
         "num_attention_heads": heads,
         "num_key_value_heads": int(get("attention.head_count_kv", heads)),
         "head_dim": int(get("attention.key_length", hidden // heads)),
-        "rms_norm_eps": float(get("attention.layer_norm_rms_epsilon", 1e-6)),
-        "rope_theta": float(get("rope.freq_base", 10000.0)),
+        "rms_norm_eps": _float32_value(get("attention.layer_norm_rms_epsilon", 1e-6)),
+        "rope_theta": _float32_value(get("rope.freq_base", 10000.0)),
         "max_position_embeddings": int(get("context_length", 2048)),
         "tie_word_embeddings": "output.weight" not in tensor_names,
         "attention_bias": "blk.0.attn_q.bias" in tensor_names,

@@ -182,7 +182,7 @@ def from_gguf_metadata(fields: dict, source: str) -> Tokenizer:
     """A byte-level BPE tokenizer from a GGUF file's ``tokenizer.ggml.*`` metadata (``fields``: key ->
     value), its chat template and special tokens; ConfigError naming ``source`` and the key for a
     tokenizer kind or pre-tokenizer this does not build."""
-    from tokenizers import AddedToken, Tokenizer as Backend, decoders, models, pre_tokenizers, processors
+    from tokenizers import AddedToken, Tokenizer as Backend, decoders, models, normalizers, pre_tokenizers, processors
     from tokenizers import Regex
 
     kind = fields.get("tokenizer.ggml.model")
@@ -205,6 +205,8 @@ def from_gguf_metadata(fields: dict, source: str) -> Tokenizer:
                                                          byte_level])
     elif pre in ("llama-bpe", "qwen2"):
         split = _LLAMA3_SPLIT if pre == "llama-bpe" else _QWEN2_SPLIT
+        if pre == "qwen2":  # Qwen2's tokenizer.json normalises to NFC before splitting
+            backend.normalizer = normalizers.NFC()
         backend.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False), byte_level])
     else:
