@@ -116,6 +116,20 @@ def test_lora_update_changes_only_the_adapters(model):
             np.testing.assert_array_equal(leaf, base, err_msg=name)
 
 
+def test_bfloat16_lora_keeps_the_base_in_bfloat16_and_trains_float32_adapters():
+    model16 = tiny_model(num_layers=1, hidden=32, seed=2, dtype="bfloat16")
+    algo = GRPOConfig(num_groups=2, group_size=2, update_epochs=1, num_minibatches=1, lr=1e-2, beta=0.1)
+    lm = LMTrainConfig(max_new_tokens=T)
+    grpo = grpo_lm.LMGRPO(algo, lm, ModelConfig(path="tiny", dtype="bfloat16", lora_rank=2), model16.cfg,
+                          model16.sampling_config(T, 1.0), P, 10)
+    state, frozen = grpo.init(model16.params, jax.random.key(0))
+    new_state, metrics = grpo.update(state, frozen, hand_batch(model16), hyperparameters(algo), jax.random.key(1))
+    assert {leaf.dtype for leaf in jax.tree_util.tree_leaves(grpo.policy_params(new_state.trained, frozen))} == {
+        jnp.dtype("bfloat16")}
+    assert {leaf.dtype for leaf in jax.tree_util.tree_leaves(new_state.trained)} == {jnp.dtype("float32")}
+    assert all(np.isfinite(float(v)) for v in metrics.values())
+    assert np.abs(np.asarray(new_state.trained["q"]["b"])).max() > 0
+
 SEVEN = ("algo=grpo", "env=lm/prompts", "env.params.generator=tests.lm_fixtures:digit_prompts",
          "env.params.num_eval=8", "eval_episodes=8", "model.path=tiny", "model.tiny_hidden=32",
          "lm.max_new_tokens=4", "algo.num_groups=4", "algo.group_size=8", "algo.lr=0.1",

@@ -130,7 +130,8 @@ class LMGRPO:
             frozen = params
         else:
             trained = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), params)
-            frozen = params if self.algo.beta > 0 else None
+            # the reference in the compute dtype, as the policy is cast for each pass
+            frozen = self.policy_params(trained, None) if self.algo.beta > 0 else None
         return LMState(trained, self.optimizer(jnp.float32(0.0), 0.0).init(trained), jnp.int32(0)), frozen
 
     def policy_params(self, trained, frozen) -> dict:

@@ -145,16 +145,19 @@ def default_model_path() -> str:
     return "tiny"
 
 
-def load_model(model: ModelConfig, seed: int):
-    """The run's :class:`purejaxrl_opt.lm.LanguageModel` (``model.path``: a file, ``tiny``, or null)."""
+def load_model(model: ModelConfig):
+    """The run's :class:`purejaxrl_opt.lm.LanguageModel` (``model.path``: a file, ``tiny``, or null). The
+    tiny model is drawn from a fixed key: like a file, it is the same for every run seed."""
     from purejaxrl_opt.lm import load
     from purejaxrl_opt.lm.tiny import tiny_model
 
     path = model.path or default_model_path()
+    # LoRA keeps the frozen base in model.dtype; full fine-tuning trains a float32 master copy
+    dtype = model.dtype if model.lora_rank > 0 else "float32"
     if path == "tiny":
-        return tiny_model(model.tiny_layers, model.tiny_hidden, seed, model.dtype)
+        return tiny_model(model.tiny_layers, model.tiny_hidden, 0, dtype)
     try:
-        return load(path, model.dtype if model.lora_rank > 0 else "float32")
+        return load(path, dtype)
     except ConfigError as error:
         raise ConfigError(f"config key 'model.path' = {path!r}: {error}") from None
 
@@ -233,7 +236,7 @@ def build(settings: LMSettings) -> Run:
     task = data.load_task(settings.env.id, dict(settings.env.params))
     _check(settings.eval_episodes <= len(task.held_out), "eval_episodes", settings.eval_episodes,
            f"<= env.params.num_eval = {len(task.held_out)} (the held-out prompts)")
-    model = load_model(settings.model, settings.seed)
+    model = load_model(settings.model)
     chat = data.use_chat(task.chat, model.tokenizer)
     held_out = task.held_out[:settings.eval_episodes]
     rows = task.train + held_out
