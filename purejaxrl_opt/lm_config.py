@@ -92,6 +92,8 @@ def check_grpo_for_lm(algo: GRPOConfig, lm: LMTrainConfig) -> None:
         value = getattr(algo, key)
         _check(value == getattr(defaults, key), f"grpo.{key}", value,
                f"left at its default {getattr(defaults, key)!r} on a language-model run ({why})")
+    _check(algo.overlong_buffer < lm.max_new_tokens, "grpo.overlong_buffer", algo.overlong_buffer,
+           f"0 (off) or below the completion limit lm.max_new_tokens = {lm.max_new_tokens}")
     episodes = algo.num_groups * algo.group_size
     minibatch = episodes // algo.num_minibatches
     _check(episodes % algo.num_minibatches == 0, "grpo.num_minibatches", algo.num_minibatches,

@@ -200,6 +200,7 @@ def test_a_failing_reward_function_stops_the_run_and_keeps_the_last_checkpoint(t
     ("model.lora_targets=[q,qq]", r"model\.lora_targets"),
     ("model.dtype=float16", r"model\.dtype"),
     ("+lm.steps=3", r"lm\.steps"),
+    ("algo.overlong_buffer=4", r"grpo\.overlong_buffer"),
     ("algo.loss_type=dapo", None),
 ])
 def test_config_errors_name_the_key(override, key):

@@ -244,6 +244,10 @@ def build(settings: LMSettings) -> Run:
     longest = max(len(i) for i in ids)
     prompt_len = -(-longest // PROMPT_MULTIPLE) * PROMPT_MULTIPLE
     lm = settings.lm
+    _check(prompt_len + lm.max_new_tokens <= model.cfg.max_position_embeddings, "lm.max_new_tokens",
+           lm.max_new_tokens, f"at most {model.cfg.max_position_embeddings - prompt_len}: the longest prompt "
+           f"({longest} tokens, padded to {prompt_len}) plus the completion must fit the model's "
+           f"max_position_embeddings = {model.cfg.max_position_embeddings}")
     sampling = model.sampling_config(lm.max_new_tokens, lm.temperature, lm.top_k, lm.top_p)
     cfg = model.cfg if settings.model.lora_rank > 0 else model.cfg.replace(dtype=settings.model.dtype)
     grpo = LMGRPO(settings.algo, lm, settings.model, cfg, sampling, prompt_len, lm.num_updates)
