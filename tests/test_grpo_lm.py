@@ -119,6 +119,7 @@ def test_lora_update_changes_only_the_adapters(model):
             np.testing.assert_array_equal(leaf, base, err_msg=name)
 
 
+@pytest.mark.slow
 def test_bfloat16_lora_keeps_the_base_in_bfloat16_and_trains_float32_adapters():
     model16 = tiny_model(num_layers=1, hidden=32, seed=2, dtype="bfloat16")
     algo = GRPOConfig(num_groups=2, group_size=2, update_epochs=1, num_minibatches=1, lr=1e-2, beta=0.1)
@@ -190,6 +191,17 @@ def test_a_failing_reward_function_stops_the_run_and_keeps_the_last_checkpoint(t
     assert runner.checkpoint_steps(tmp_path) == [1]
     assert checkpoint.read_tree_manifest(tmp_path / "checkpoints" / "1")["update"] == 1
     assert not (tmp_path / "summary.json").exists()
+
+
+def test_the_cli_path_exits_1_naming_a_failing_reward_function(tmp_path, capsys):
+    from tests import lm_fixtures
+
+    lm_fixtures.CALLS["flaky"] = 0
+    cfg = compose(*SEVEN, "env.params.rewards=[tests.lm_fixtures:flaky]", "lm.num_updates=3")
+    with pytest.raises(SystemExit) as exit_info:
+        runner.main(cfg, tmp_path)
+    assert exit_info.value.code == 1
+    assert "reward function error: reward function 'flaky' raised RuntimeError" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("override,key", [
