@@ -122,13 +122,14 @@ def main(argv=None) -> dict:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default="experiments/results/bench_generate/ours.json")
     args = parser.parse_args(argv)
+    provenance = stamp()  # before the long run: the code as it was when the measurement began
     path = Path(args.model) if args.model else smollm2_path()
     start = time.perf_counter()
     lm = load(path, dtype=args.dtype)
     load_s = time.perf_counter() - start
     params_bytes = int(sum(x.nbytes for x in jax.tree_util.tree_leaves(lm.params)))
     num_params = int(sum(x.size for x in jax.tree_util.tree_leaves(lm.params)))
-    results = {**stamp(), "model": path.name, "dtype": args.dtype, "num_params": num_params,
+    results = {**provenance, "model": path.name, "dtype": args.dtype, "num_params": num_params,
                "params_bytes": params_bytes, "load_seconds": load_s,
                "device": str(jax.devices()[0].device_kind), "backend": jax.default_backend(),
                "jax": jax.__version__, "machine": platform.machine(),
