@@ -426,7 +426,8 @@ class GRPOConfig(AlgoConfig):
         non_negative(f"{prefix}.overlong_penalty", self.overlong_penalty)
         from purejaxrl_opt.envs.registry import ids, split_id
 
-        token_env = split_id(run.env.id)[0] == "tokens"
+        # a language-model task (env=lm/<task>, purejaxrl_opt/lm/) has answers as token envs do
+        token_env = run.env.id.startswith("lm/") or split_id(run.env.id)[0] == "tokens"
         for key, on in (("mask_truncated_completions", self.mask_truncated_completions),
                         ("overlong_buffer", self.overlong_buffer > 0)):
             _check(not on or token_env, f"{prefix}.{key}", getattr(self, key),

@@ -14,6 +14,14 @@ def adam(hparams, learning_rate, max_grad_norm=None) -> optax.GradientTransforma
                        optax.scale_by_adam(eps=1e-5), optax.scale(-learning_rate))
 
 
+def adamw(learning_rate, max_grad_norm, weight_decay=0.0, b2=0.999, eps=1e-8) -> optax.GradientTransformation:
+    """AdamW (decoupled weight decay, Loshchilov & Hutter 2019) with global-norm clipping; as in
+    :func:`adam`, the (traced) rate is applied outside Adam's state. The language-model trainer's
+    optimiser (eps 1e-8 and beta2 as in TRL / PyTorch)."""
+    return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.scale_by_adam(b2=b2, eps=eps),
+                       optax.add_decayed_weights(weight_decay), optax.scale(-learning_rate))
+
+
 def annealed(lr, update_idx, num_updates: int, anneal: bool):
     """``lr`` decayed linearly to 0 over ``num_updates`` when ``anneal`` (else ``lr``)."""
     return lr * (1.0 - update_idx / num_updates) if anneal else lr
@@ -24,6 +32,7 @@ def minibatch_epochs(grad_fn, optimizer, flat_params, opt_state, batch, num_item
                      shuffle_key=lambda k: k):
     """``len(epoch_keys)`` epochs of Adam steps over ``num_minibatches`` minibatches of ``batch``.
 
+    ``flat_params``: a flat vector, or any pytree of arrays (optax.apply_updates keeps each leaf's dtype).
     ``batch``: a pytree of ``[num_items, ...]`` leaves (samples, or whole episodes); every epoch
     shuffles it with one gather and cuts it into contiguous minibatches. ``grad_fn(flat_params, mb)
     -> (grads, diagnostics)`` on flat parameters; ``reduce_grads`` (data parallel: a ``pmean``) and
@@ -35,7 +44,7 @@ def minibatch_epochs(grad_fn, optimizer, flat_params, opt_state, batch, num_item
         flat_params, opt_state = train
         grads, diagnostics = grad_fn(flat_params, mb)
         updates, opt_state = optimizer.update(reduce_grads(grads), opt_state, flat_params)
-        return (flat_params + updates, opt_state), diagnostics
+        return (optax.apply_updates(flat_params, updates), opt_state), diagnostics
 
     def _update_epoch(train, epoch_key):
         order = jax.random.permutation(shuffle_key(epoch_key), num_items)

@@ -8,6 +8,7 @@
                                                                   # search: 8 suggestions per compile
     python -m purejaxrl_opt.train checkpoint.every_updates=50                # then, after a crash:
     python -m purejaxrl_opt.train checkpoint.every_updates=50 resume=RUN_DIR
+    python -m purejaxrl_opt.train algo=grpo env=lm/countdown model.path=MODEL  # a language model
 
 Every run writes ``summary.json``, ``metrics.csv``, ``learning_curve.png``, its final checkpoint and
 the resolved config (``.hydra/``) into its Hydra run directory (a resumed run: into ``RUN_DIR``, whose
@@ -85,6 +86,10 @@ def main(cfg: DictConfig) -> float:
     logging.getLogger("jax").setLevel(logging.WARNING)
     out_dir = HydraConfig.get().runtime.output_dir
     try:
+        from purejaxrl_opt.lm import runner as lm_runner
+
+        if lm_runner.is_lm_run(cfg):  # env=lm/<task>: GRPO on a pretrained language model
+            return lm_runner.main(cfg, HydraConfig.get().runtime.output_dir)
         batched = _batched_search_job(cfg)
         result = run_from_config(cfg, out_dir, on_validated=lambda d: rundir.write_hydra_record(d, cfg))
     except ConfigError as error:

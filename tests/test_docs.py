@@ -193,6 +193,11 @@ def _validate_train(overrides: list[str]) -> None:
         with open_dict(cfg):
             cfg.resume = None
             cfg.resume_step = None
+    from purejaxrl_opt.lm import runner as lm_runner
+
+    if lm_runner.is_lm_run(cfg):  # env=lm/<task>: the language-model run's own checks
+        lm_runner.parse_settings(cfg)
+        return
     settings = parse_settings(cfg)
     sweep.plan_from_config(settings.sweep, settings.run)
 

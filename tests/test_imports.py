@@ -26,6 +26,9 @@ LAYERS = {
     "runner": ORCHESTRATION, "artifacts": ORCHESTRATION, "loggers": ORCHESTRATION,
     "parallel": ORCHESTRATION, "sweep": ORCHESTRATION, "report": ORCHESTRATION,
     "stats": ORCHESTRATION,
+    # GRPO on a pretrained LM, host side: prompts, tasks, Python reward functions, the split-step driver
+    "lm.data": ORCHESTRATION, "lm.rewards": ORCHESTRATION, "lm.tasks": ORCHESTRATION,
+    "lm.runner": ORCHESTRATION, "lm.tiny": ORCHESTRATION,
     # pretrained LMs, host side: loaders (safetensors, GGUF), tokenizer and chat template, save
     "lm": ORCHESTRATION, "lm.tokenizer": ORCHESTRATION, "lm.weights": ORCHESTRATION,
     "lm.gguf_file": ORCHESTRATION,
@@ -33,22 +36,30 @@ LAYERS = {
     "algos": REGISTRY,
     # one file per algorithm: never imports another
     "algos.ppo": ALGORITHM, "algos.trpo": ALGORITHM, "algos.grpo": ALGORITHM, "algos.ppo_tokens": ALGORITHM,
+    # GRPO on a pretrained LM: the compiled sampling and update of its split step
+    "algos.grpo_lm": ALGORITHM,
     # what every algorithm plugs into: Algorithm, Loop, run_updates
     "algos.base": FRAMEWORK,
     # shared stages
     "rollout": STAGE, "actor_critic": STAGE, "evaluation": STAGE, "losses": STAGE,
     "natural_gradient": STAGE, "optim": STAGE, "collectives": STAGE, "episode_losses": STAGE,
+    # GRPO's objective and advantages: the env algorithm and the language-model trainer call them
+    "grpo_objective": STAGE,
     # models
     "policies": MODEL, "networks": MODEL, "transformer": MODEL, "distributions": MODEL,
     "pretrained": MODEL,
     # pretrained causal LMs (Llama / Qwen2 families) and their sampler
     "models": MODEL, "models.causal_lm": MODEL, "models.sampling": MODEL,
+    # low-rank adapters over a causal LM's params dict
+    "models.lora": MODEL,
     # environments (envs/: the protocol, one adapter per library, wrappers; every module of envs/ not
     # named here is an adapter, at this layer: see layer())
     "envs": ENV, "envs.protocol": ENV, "envs.tokens": ENV, "envs.tasks": ENV, "envs.wrappers": ENV,
     "envs.normalisation": ENV, "envs.gymnax": ENV, "envs.options": ENV,
     # leaves. The env registry is a table of module names (imports only errors; it loads the adapter
     # of a named library with importlib), which config's validation of env.id reads.
+    # the model / lm sections of a language-model run
+    "lm_config": LEAF,
     "config": LEAF, "errors": LEAF, "checkpoint": LEAF, "xla_flags": LEAF, "envs.registry": LEAF,
     # the run directory's lock and recorded config (a Hydra callback too)
     "rundir": LEAF,

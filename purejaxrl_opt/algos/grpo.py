@@ -54,7 +54,7 @@ import jax.numpy as jnp
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
-from purejaxrl_opt import envs, losses, rollout
+from purejaxrl_opt import envs, rollout
 from purejaxrl_opt.algos.base import Algorithm
 from purejaxrl_opt.config import GRPOConfig, RunConfig
 from purejaxrl_opt.distributions import for_spec
@@ -62,6 +62,9 @@ from purejaxrl_opt.envs import EnvSpec
 from purejaxrl_opt.episode_losses import (EpisodeBuffers, block_log_probs, buffer_bytes,
                                           make_block_grad_fn)
 from purejaxrl_opt.errors import ConfigError
+# the objective and the advantages live one layer down, shared with the language-model trainer
+from purejaxrl_opt.grpo_objective import ADV_EPS, group_advantages, overlong_penalty, policy_objective  # noqa: F401
+from purejaxrl_opt.grpo_objective import has_spread as _has_spread
 from purejaxrl_opt.optim import adam, minibatch_epochs
 from purejaxrl_opt.policies import Policy, as_policy, make_policy
 from purejaxrl_opt.pretrained import load_initial_actor
@@ -74,7 +77,6 @@ METRICS = ("return_mean", "episode_length", "episodes", "kl_ref", "clip_frac", "
 DYNAMIC_SAMPLING_METRICS = ("kept_fraction", "spread_fraction")
 DIAGNOSTICS = ("policy_loss", "kl_ref", "entropy", "approx_kl", "clip_frac")
 
-ADV_EPS = 1e-8
 
 
 @struct.dataclass
@@ -108,23 +110,6 @@ def outcome_rewards(rewards: jnp.ndarray, mask: jnp.ndarray, discount) -> jnp.nd
     return jnp.sum(jnp.where(mask, rewards * weights, 0.0), axis=-1)
 
 
-def group_advantages(returns: jnp.ndarray, scale: str, eps: float = ADV_EPS) -> jnp.ndarray:
-    """Outcome advantages ``[num_groups, G]`` from outcome rewards ``returns [num_groups, G]``.
-
-    ``A_i = (R_i - mean_group(R)) / (std + eps)`` with ``std`` the population std of the group
-    (``group``), of all returns in the batch (``batch``), or no division (``none``, Dr. GRPO).
-    A group whose outcomes are all equal gets exactly zero advantage.
-    """
-    centred = returns - returns.mean(axis=1, keepdims=True)
-    if scale == "group":
-        centred = centred / (returns.std(axis=1, keepdims=True) + eps)
-    elif scale == "batch":
-        centred = centred / (returns.std() + eps)
-    elif scale != "none":
-        raise ValueError(f"unknown scale_rewards {scale!r}")
-    return jnp.where(_has_spread(returns)[:, None], centred, 0.0)
-
-
 def process_advantages(rewards: jnp.ndarray, mask: jnp.ndarray, scale: str,
                        eps: float = ADV_EPS) -> jnp.ndarray:
     """Process-supervision advantages ``[num_groups, G, T]`` from step rewards ``[num_groups, G, T]``.
@@ -150,22 +135,6 @@ def process_advantages(rewards: jnp.ndarray, mask: jnp.ndarray, scale: str,
     normalised = jnp.where(jnp.logical_and(mask, spread), centred, 0.0)
     to_go = jnp.flip(jnp.cumsum(jnp.flip(normalised, -1), axis=-1), -1)
     return jnp.where(mask, to_go, 0.0)
-
-
-def _has_spread(values: jnp.ndarray, mask: jnp.ndarray | None = None) -> jnp.ndarray:
-    """Per group (leading axis): do the (unmasked) values differ? ``[num_groups]`` bool."""
-    flat = values.reshape(values.shape[0], -1)
-    if mask is None:
-        return flat.max(axis=1) > flat.min(axis=1)
-    flat_mask = mask.reshape(flat.shape)
-    return (jnp.where(flat_mask, flat, -jnp.inf).max(axis=1)
-            > jnp.where(flat_mask, flat, jnp.inf).min(axis=1))
-
-
-def overlong_penalty(lengths: jnp.ndarray, limit: int, buffer: int, penalty: float) -> jnp.ndarray:
-    """DAPO's soft overlong punishment ``[B]``: 0 for ``|o| <= limit - buffer``, then linear,
-    ``penalty * (limit - buffer - |o|) / buffer``, reaching ``-penalty`` at ``|o| = limit``."""
-    return penalty * jnp.minimum(0.0, (limit - buffer - lengths) / buffer)
 
 
 def compute_advantages(cfg: GRPOConfig, rewards: jnp.ndarray, mask: jnp.ndarray, hparams,
@@ -230,50 +199,6 @@ def truncated_answers(action: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
 
 
 # --------------------------------------------------------------------------- loss (pure)
-def policy_objective(log_prob, log_prob_old, log_prob_ref, entropy, advantages, mask, hparams,
-                     loss_norm: str, cfg: GRPOConfig | None = None, reduce=None, step_mean=None
-                     ) -> tuple[jnp.ndarray, dict]:
-    """GRPO's loss to minimise, ``-J(theta)`` (module docstring), and diagnostics; every per-step
-    argument is ``[E, T]`` (or a time block ``[K, E]`` with ``reduce``/``step_mean`` given).
-
-    Per step: ``min(rho A, clip(rho, 1-eps, 1+eps_high) A) - beta k3 + ent_coef H``, ``rho`` per
-    token or per episode (``cfg.importance_sampling_level``; sequence needs whole ``[E, T]``
-    episodes), capped at ``cfg.delta`` in the unclipped term when set, ``k3`` optionally weighted
-    by ``pi_theta/pi_old`` (``cfg.kl_importance_weight``). ``reduce`` is the loss reduction
-    (default: :func:`losses.masked_reduce` with ``loss_norm``), ``step_mean`` the diagnostics'
-    per-step mean (default: its ``token`` reduction). ``hparams["epsilon_high"] == 0`` means a
-    symmetric clip. ``cfg`` None: the defaults (token ratio, no cap, unweighted k3).
-    """
-    cfg = GRPOConfig() if cfg is None else cfg
-    if reduce is None:
-        def reduce(x):
-            return losses.masked_reduce(x, mask, loss_norm)
-    if step_mean is None:
-        def step_mean(x):
-            return losses.masked_reduce(x, mask, "token")
-
-    eps = hparams["epsilon"]
-    eps_high = jnp.where(hparams["epsilon_high"] > 0, hparams["epsilon_high"], eps)
-    cap = cfg.delta if cfg.delta > 0 else None
-    if cfg.importance_sampling_level == "sequence":
-        ratio_num, ratio_den = losses.sequence_log_ratio(log_prob, log_prob_old, mask), 0.0
-    else:
-        ratio_num, ratio_den = log_prob, log_prob_old
-    surrogate = losses.clipped_surrogate(ratio_num, ratio_den, advantages, eps, eps_high, cap)
-    kl_ref = losses.k3_kl(log_prob, log_prob_ref,
-                          log_prob_old if cfg.kl_importance_weight else None)
-    per_step = surrogate - hparams["beta"] * kl_ref + hparams["ent_coef"] * entropy
-    clip_frac = losses.clip_fraction(ratio_num, ratio_den, eps, eps_high)
-    diagnostics = {
-        "policy_loss": -reduce(surrogate),
-        "kl_ref": step_mean(kl_ref),
-        "entropy": step_mean(entropy),
-        "approx_kl": step_mean(losses.approx_kl(log_prob, log_prob_old)),
-        "clip_frac": step_mean(jnp.broadcast_to(clip_frac, log_prob.shape)),
-    }
-    return -reduce(per_step), diagnostics
-
-
 def make_loss_fn(policy: Policy, dist, loss_norm: str, cfg: GRPOConfig | None = None):
     """``loss_fn(actor_params, mb: Minibatch, hparams) -> (loss, diagnostics)`` over whole episodes;
     ``policy`` is a :class:`Policy` or a flax actor module."""

@@ -1,0 +1,301 @@
+"""GRPO on a pretrained causal language model (:mod:`purejaxrl_opt.models.causal_lm`): the compiled
+halves of a *split step*.
+
+One update of the host driver (:mod:`purejaxrl_opt.lm.runner`) is
+
+1. :meth:`LMGRPO.sample` (compiled): ``num_groups`` prompts, each repeated ``G = group_size`` times,
+   continued by one jitted KV-cache generation (:func:`purejaxrl_opt.models.sampling.generate`);
+2. on the host: the completions are decoded and the Python reward functions score them
+   (:mod:`purejaxrl_opt.lm.rewards`: arbitrary Python over text cannot be traced, so the step is split
+   here rather than calling back from inside the compiled step; the driver measures this host time);
+3. :meth:`LMGRPO.update` (compiled, one call): group-relative advantages of the rewards
+   (:func:`purejaxrl_opt.grpo_objective.group_advantages`), the old and reference log-probs, then
+   ``update_epochs x num_minibatches`` AdamW steps, each accumulating gradients over the micro-batches
+   of its minibatch inside a ``lax.scan``.
+
+The loss is the environment GRPO's, :func:`purejaxrl_opt.grpo_objective.policy_objective`, with every
+variant of ``conf/algo/grpo.yaml`` (``loss_type``/``loss_norm``, ``scale_rewards``, GSPO's sequence
+ratio, ``epsilon_high``, ``delta``, the k3 KL and its importance weight, ``mask_truncated_completions``,
+``overlong_buffer``), over completion tokens only: prompt tokens and the padding after a completion's
+stop token are masked. The per-token log-probs are those of the tempered policy, ``softmax(logits / T)``
+with ``T`` the sampling temperature (as TRL). The reductions are split over micro-batches so that the
+accumulated gradient is the minibatch's exactly: each micro-batch contributes its share of the
+minibatch's reduction (``sequence``: its sequence means / minibatch size; ``token``: its token sum /
+the minibatch's token count; ``constant``: its sum / (minibatch size x ``max_new_tokens``)).
+
+Trained arrays: the LoRA adapters (:mod:`purejaxrl_opt.models.lora`; the reference policy is then the
+frozen base with the adapters off, no copy of the weights) or, with ``model.lora_rank=0``, every
+parameter as a float32 master copy (cast to ``model.dtype`` for each pass; a frozen reference copy is
+kept only when ``beta > 0``). ``beta = 0`` computes no reference log-probs at all. With one optimizer
+step per batch (``update_epochs = num_minibatches = 1``) ``pi_old = pi_theta`` and the old log-probs
+are the current ones, detached (TRL's shortcut), saving a forward pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from purejaxrl_opt.config import GRPOConfig
+from purejaxrl_opt.grpo_objective import has_spread, group_advantages, overlong_penalty, policy_objective
+from purejaxrl_opt.lm_config import LMTrainConfig, ModelConfig
+from purejaxrl_opt.models import causal_lm, lora, sampling
+from purejaxrl_opt.optim import adamw, minibatch_epochs
+
+DIAGNOSTICS = ("policy_loss", "kl_ref", "entropy", "approx_kl", "clip_frac")
+
+
+@struct.dataclass
+class LMState:
+    trained: Any  # LoRA adapters, or the full params (float32)
+    opt_state: Any
+    update_idx: jnp.ndarray  # int32 []
+
+
+class Batch(struct.PyTreeNode):
+    """One update's data: ``num_groups`` prompts (left-padded to ``P``) and their ``B = num_groups x G``
+    completions (group-major: completion ``b`` answers prompt ``b // G``)."""
+
+    prompt_tokens: jnp.ndarray  # int32 [num_groups, P]
+    prompt_mask: jnp.ndarray  # int32 [num_groups, P]
+    completions: jnp.ndarray  # int32 [B, T], pad after the stop token
+    lengths: jnp.ndarray  # int32 [B], tokens up to and including the stop token
+    rewards: jnp.ndarray  # float32 [B], the weighted sum of the reward functions
+
+
+def completion_log_probs(params, cfg: causal_lm.LMConfig, tokens, attention_mask, completions,
+                         prompt_len: int, temperature: float):
+    """Per-token log-probs and entropies ``float32 [b, T]`` of the completions ``int [b, T]`` that follow
+    the prompts in ``tokens [b, P + T]`` (``P = prompt_len``; the prompt left-padded, the completion
+    starting at column ``P``), under ``softmax(logits / temperature)``."""
+    num_new = completions.shape[1]
+    logits = causal_lm.logits(params, cfg, tokens, attention_mask)[:, prompt_len - 1:prompt_len - 1 + num_new]
+    log_softmax = jax.nn.log_softmax(logits / temperature, axis=-1)
+    log_prob = jnp.take_along_axis(log_softmax, completions[..., None], axis=-1)[..., 0]
+    entropy = -jnp.sum(jnp.exp(log_softmax) * log_softmax, axis=-1)
+    return log_prob, entropy
+
+
+def micro_reduce(loss_norm: str, mask, minibatch_size: int, minibatch_tokens, num_new: int):
+    """The reduction of a micro-batch's per-token values ``[b, T]`` (``mask [b, T]``) as its share of
+    :func:`purejaxrl_opt.losses.masked_reduce` over the whole minibatch: the shares of the minibatch's
+    micro-batches sum to that reduction."""
+    weights = mask.astype(jnp.float32)
+
+    def reduce(values):
+        values = jnp.where(mask, values, 0.0)
+        if loss_norm == "sequence":
+            return jnp.sum(values.sum(-1) / jnp.maximum(weights.sum(-1), 1.0)) / minibatch_size
+        if loss_norm == "token":
+            return values.sum() / jnp.maximum(minibatch_tokens, 1.0)
+        if loss_norm == "constant":
+            return values.sum() / (minibatch_size * num_new)
+        raise ValueError(f"unknown loss_norm {loss_norm!r}")
+
+    return reduce
+
+
+@dataclass(frozen=True)
+class LMGRPO:
+    """The compiled pieces of GRPO on a causal LM, for fixed shapes (prompt length ``P``, ``T`` new
+    tokens, ``num_groups x G`` completions). ``frozen`` is the base params under LoRA, the reference
+    copy in full fine-tuning with ``beta > 0``, else None; it is an argument (never a closure
+    constant, so a compile does not embed the weights)."""
+
+    algo: GRPOConfig
+    lm: LMTrainConfig
+    model: ModelConfig
+    cfg: causal_lm.LMConfig
+    sampling: sampling.SamplingConfig
+    prompt_len: int
+    num_updates: int
+
+    # ------------------------------------------------------------------ params
+    @property
+    def lora(self) -> bool:
+        return self.model.lora_rank > 0
+
+    @property
+    def num_completions(self) -> int:
+        return self.algo.num_groups * self.algo.group_size
+
+    def init(self, params: dict, key: jax.Array) -> tuple[LMState, Any]:
+        """``(state, frozen)`` from the loaded ``params`` (in ``cfg.dtype``)."""
+        if self.lora:
+            trained = lora.init(params, self.model.lora_targets, self.model.lora_rank, key)
+            frozen = params
+        else:
+            trained = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), params)
+            # the reference in the compute dtype, as the policy is cast for each pass
+            frozen = self.policy_params(trained, None) if self.algo.beta > 0 else None
+        return LMState(trained, self.optimizer(jnp.float32(0.0), 0.0).init(trained), jnp.int32(0)), frozen
+
+    def policy_params(self, trained, frozen) -> dict:
+        """The policy's params in ``cfg.dtype``: adapters merged into the base, or the master copy cast."""
+        if self.lora:
+            return lora.merge(frozen, trained, self.model.lora_alpha / self.model.lora_rank)
+        return jax.tree_util.tree_map(lambda x: x.astype(self.cfg.jnp_dtype), trained)
+
+    def optimizer(self, learning_rate, max_grad_norm):
+        return adamw(learning_rate, max_grad_norm, self.lm.weight_decay, self.lm.adam_beta2)
+
+    def learning_rate(self, lr, update_idx):
+        """``lr`` ramped linearly over ``lm.warmup_updates``, then (``anneal_lr``) decayed linearly to 0
+        at ``lm.num_updates``."""
+        rate = lr
+        if self.lm.warmup_updates > 0:
+            rate = rate * jnp.minimum(1.0, (update_idx + 1.0) / self.lm.warmup_updates)
+        if self.algo.anneal_lr:
+            rate = rate * (1.0 - update_idx / self.num_updates)
+        return rate
+
+    # ------------------------------------------------------------------ sampling (compiled)
+    def sample(self, state: LMState, frozen, prompt_tokens, prompt_mask, key):
+        """``G`` completions of each prompt ``[num_groups, P]``: ``(completions int32 [B, T],
+        lengths int32 [B])``, group-major."""
+        return _sample(self, state.trained, frozen, prompt_tokens, prompt_mask, key)
+
+    # ------------------------------------------------------------------ the update (compiled)
+    def update(self, state: LMState, frozen, batch: Batch, hparams, key):
+        """One GRPO update on ``batch``: ``(state, metrics)``, metrics scalars."""
+        return _update(self, state, frozen, batch, hparams, key)
+
+    def sequences(self, batch: Batch):
+        """``(tokens [B, P + T], attention_mask [B, P + T], completion_mask bool [B, T])``."""
+        group = self.algo.group_size
+        prompts = jnp.repeat(batch.prompt_tokens, group, axis=0)
+        prompt_mask = jnp.repeat(batch.prompt_mask, group, axis=0)
+        completion_mask = jnp.arange(batch.completions.shape[1])[None] < batch.lengths[:, None]
+        tokens = jnp.concatenate([prompts, batch.completions], axis=1)
+        attention = jnp.concatenate([prompt_mask, completion_mask.astype(prompt_mask.dtype)], axis=1)
+        return tokens, attention, completion_mask
+
+    def truncated(self, batch: Batch) -> jnp.ndarray:
+        """``[B]`` bool: completions cut at ``max_new_tokens`` without a stop token."""
+        stops = jnp.asarray(self.sampling.stop_ids or (-1,), jnp.int32)
+        stopped = jnp.any(batch.completions[..., None] == stops, axis=-1)
+        completion_mask = jnp.arange(batch.completions.shape[1])[None] < batch.lengths[:, None]
+        return ~jnp.any(stopped & completion_mask, axis=-1)
+
+    def advantages(self, batch: Batch):
+        """``(advantages [B], rewards [B] with DAPO's overlong penalty, spread [num_groups] bool)``."""
+        rewards = batch.rewards
+        if self.algo.overlong_buffer > 0:
+            rewards = rewards + overlong_penalty(batch.lengths.astype(jnp.float32), self.lm.max_new_tokens,
+                                                 self.algo.overlong_buffer, self.algo.overlong_penalty)
+        grouped = rewards.reshape(self.algo.num_groups, self.algo.group_size)
+        return group_advantages(grouped, self.algo.scale_rewards).reshape(-1), rewards, has_spread(grouped)
+
+
+def advantages_of(grpo: LMGRPO, batch: Batch) -> jnp.ndarray:
+    """The group-relative advantages ``[B]`` of ``batch``'s rewards (:meth:`LMGRPO.advantages`)."""
+    return grpo.advantages(batch)[0]
+
+
+def _sample(grpo: LMGRPO, trained, frozen, prompt_tokens, prompt_mask, key):
+    params = grpo.policy_params(trained, frozen)
+    tokens = jnp.repeat(prompt_tokens, grpo.algo.group_size, axis=0)
+    mask = jnp.repeat(prompt_mask, grpo.algo.group_size, axis=0)
+    return sampling.generate(params, grpo.cfg, grpo.sampling, tokens, mask, key)
+
+
+def _log_probs_in_micro_batches(grpo: LMGRPO, params, tokens, attention, completions, micro: int):
+    """``completion_log_probs`` over ``[B, ...]`` in ``B / micro`` sequential passes (``lax.map``), so a
+    pass holds one micro-batch's activations: ``float32 [B, T]`` (no gradient)."""
+    num = tokens.shape[0] // micro
+
+    def one(chunk):
+        return completion_log_probs(params, grpo.cfg, *chunk, grpo.prompt_len, grpo.lm.temperature)[0]
+
+    chunks = jax.tree_util.tree_map(lambda x: x.reshape((num, micro) + x.shape[1:]),
+                                    (tokens, attention, completions))
+    return jax.lax.stop_gradient(jax.lax.map(one, chunks).reshape(completions.shape))
+
+
+def minibatch_grads(grpo: LMGRPO, trained, frozen, mb: dict, hparams, single_step: bool):
+    """``((loss, grads), diagnostics)`` of one minibatch ``mb`` (``[minibatch, ...]`` leaves: tokens,
+    attention, completions, advantages, mask, log_prob_old, log_prob_ref), accumulated over its
+    micro-batches in a ``lax.scan``: the loss is :func:`policy_objective` with the minibatch's
+    reduction, each micro-batch contributing its share (:func:`micro_reduce`), so loss and gradient
+    are those of the whole minibatch in one pass. ``single_step``: ``pi_old`` is the current policy
+    (``log_prob_old`` unused)."""
+    algo = grpo.algo
+    minibatch = mb["tokens"].shape[0]
+    micro = grpo.lm.micro_batch_size or minibatch
+    minibatch_tokens = mb["mask"].sum().astype(jnp.float32)
+
+    def micro_loss(trained, chunk):
+        params = grpo.policy_params(trained, frozen)
+        log_prob, entropy = completion_log_probs(params, grpo.cfg, chunk["tokens"], chunk["attention"],
+                                                 chunk["completions"], grpo.prompt_len, grpo.lm.temperature)
+        if algo.ent_coef == 0:
+            entropy = jax.lax.stop_gradient(entropy)
+        old = jax.lax.stop_gradient(log_prob) if single_step else chunk["log_prob_old"]
+        ref = jax.lax.stop_gradient(log_prob) if algo.beta == 0 else chunk["log_prob_ref"]
+        reduce = micro_reduce(algo.reduction, chunk["mask"], minibatch, minibatch_tokens, grpo.lm.max_new_tokens)
+        return policy_objective(log_prob, old, ref, entropy, chunk["advantages"], chunk["mask"], hparams,
+                                algo.reduction, algo, reduce=reduce)
+
+    grad_micro = jax.value_and_grad(micro_loss, has_aux=True)
+    chunks = jax.tree_util.tree_map(lambda x: x.reshape((minibatch // micro, micro) + x.shape[1:]), mb)
+
+    def accumulate(total, chunk):
+        (loss, diagnostics), grads = grad_micro(trained, chunk)
+        return jax.tree_util.tree_map(jnp.add, total, (loss, grads)), diagnostics
+
+    zeros = (jnp.zeros((), jnp.float32), jax.tree_util.tree_map(jnp.zeros_like, trained))
+    loss_and_grads, diagnostics = jax.lax.scan(accumulate, zeros, chunks)
+    return loss_and_grads, jax.tree_util.tree_map(jnp.mean, diagnostics)
+
+
+def _update(grpo: LMGRPO, state: LMState, frozen, batch: Batch, hparams, key):
+    algo = grpo.algo
+    total = grpo.num_completions
+    minibatch = total // algo.num_minibatches
+    micro = grpo.lm.micro_batch_size or minibatch
+    single_step = algo.update_epochs * algo.num_minibatches == 1
+    tokens, attention, completion_mask = grpo.sequences(batch)
+    advantages, rewards, spread = grpo.advantages(batch)
+    truncated = grpo.truncated(batch)
+    loss_mask = completion_mask & ~truncated[:, None] if algo.mask_truncated_completions else completion_mask
+
+    policy = grpo.policy_params(state.trained, frozen)
+    nothing = jnp.zeros_like(completion_mask, jnp.float32)
+    log_prob_old = nothing if single_step else _log_probs_in_micro_batches(
+        grpo, policy, tokens, attention, batch.completions, micro)
+    if algo.beta > 0:
+        reference = frozen  # LoRA: the base, adapters off; full fine-tuning: the initial params
+        log_prob_ref = _log_probs_in_micro_batches(grpo, reference, tokens, attention, batch.completions, micro)
+    else:
+        log_prob_ref = nothing
+    data = {"tokens": tokens, "attention": attention, "completions": batch.completions,
+            "advantages": jnp.broadcast_to(advantages[:, None], completion_mask.shape), "mask": loss_mask,
+            "log_prob_old": log_prob_old, "log_prob_ref": log_prob_ref}
+
+    def grad_fn(trained, mb):
+        loss_and_grads, diagnostics = minibatch_grads(grpo, trained, frozen, mb, hparams, single_step)
+        return loss_and_grads[1], diagnostics
+
+    learning_rate = grpo.learning_rate(hparams["lr"], state.update_idx)
+    optimizer = grpo.optimizer(learning_rate, hparams["max_grad_norm"])
+    trained, opt_state, diagnostics = minibatch_epochs(
+        grad_fn, optimizer, state.trained, state.opt_state, data, total, algo.num_minibatches,
+        jax.random.split(key, algo.update_epochs))
+    lengths = batch.lengths.astype(jnp.float32)
+    metrics = {name: diagnostics[name].mean() for name in DIAGNOSTICS}
+    metrics.update(
+        reward=batch.rewards.mean(),
+        reward_std=rewards.reshape(algo.num_groups, algo.group_size).std(axis=1).mean(),
+        zero_spread_groups=jnp.sum(~spread).astype(jnp.float32),
+        completion_length=lengths.mean(), truncated_fraction=truncated.mean(),
+        learning_rate=learning_rate)
+    return LMState(trained, opt_state, state.update_idx + 1), metrics
+
+
+# compiled once per LMGRPO (a hashable, static description of the shapes and options)
+_update = jax.jit(_update, static_argnums=0)
+_sample = jax.jit(_sample, static_argnums=0)
