@@ -438,9 +438,21 @@ def _write_rows(path: Path, rows: list[dict]) -> None:
 def main(cfg, out_dir) -> float:
     """The training CLI's language-model path; returns the held-out accuracy after training (the
     mean held-out reward when the task has no accuracy reward), what Hydra's sweepers optimise."""
+    from purejaxrl_opt import rundir
+
     settings = parse_settings(cfg)
+    # the run directory belongs to this run (as on the env path): a second run into it is refused,
+    # and the recorded config is written only once the run is validated and holds the directory
+    target = settings.resume or out_dir
     try:
-        summary = execute(settings, out_dir)
+        with rundir.lock(target):
+            if settings.resume is None:
+                if checkpoint_steps(Path(target)):  # refused by execute: keep that run's record
+                    raise checkpoint.CheckpointError(
+                        f"{Path(target) / checkpoint.DIRNAME} already holds checkpoints; continue that "
+                        f"run with resume={target} or choose another run dir (nothing was overwritten)")
+                rundir.write_hydra_record(target, cfg)
+            summary = execute(settings, out_dir)
     except reward_lib.RewardError as error:
         print(f"purejaxrl_opt: reward function error: {error}", file=sys.stderr)
         sys.exit(1)
