@@ -50,7 +50,8 @@ PROMPT_MULTIPLE = 8  # prompts are left-padded to the longest, rounded up to thi
 EVAL_ONLY = ("eval_episodes", "eval_every", "eval_samples", "eval_pass_k", "eval_deterministic")
 TOP_KEYS = {"algo", "env", "model", "lm", "seed", "num_seeds", "total_timesteps", "network",
             "eval_episodes", "eval_every", "eval_samples", "eval_pass_k", "eval_deterministic", "init_from",
-            "logger", "hydra", "progress", "checkpoint", "resume", "sweep", "parallel", "out_dir"}
+            "logger", "hydra", "progress", "checkpoint", "resume", "resume_step", "sweep", "parallel",
+            "out_dir"}
 
 
 def is_lm_run(cfg) -> bool:
@@ -128,6 +129,9 @@ def parse_settings(cfg) -> LMSettings:
            "'console' or 'none' on a language-model run (metrics.csv and summary.json hold everything)")
     resume = raw.get("resume")
     _check(resume is None or isinstance(resume, str), "resume", resume, "null or a run directory")
+    # a language-model run resumes from its newest checkpoint only
+    _check(raw.get("resume_step") is None, "resume_step", raw.get("resume_step"),
+           "null on a language-model run (it resumes from its newest checkpoint)")
     if resume is not None and not checkpoint_steps(resume):
         raise ConfigError(f"config key 'resume' = {resume!r}: no checkpoint in {Path(resume) / 'checkpoints'}")
     return dataclasses.replace(
