@@ -46,7 +46,7 @@ def _checkpoints(run_dir: Path) -> list[int]:
 
 
 def lifecycle(tmp: Path, overrides: list[str], *, gif: bool | str, every_updates: int, kill: bool = True,
-              timeout: int = 400) -> dict:
+              timeout: int = 900) -> dict:
     """Run the four steps above for the training ``overrides``; returns what each step left for the
     caller's own assertions: ``{"summary", "evaluation", "gif", "evaluate_stderr", "run", "resumed"}``.
     ``gif``: True = this library renders (a GIF is asserted), False = it cannot (a refusal is asserted),
@@ -78,7 +78,7 @@ def lifecycle(tmp: Path, overrides: list[str], *, gif: bool | str, every_updates
         raise AssertionError(f"--gif was not refused: rc {evaluated.returncode}, {evaluated.stderr[-2000:]}")
     else:
         assert evaluated.returncode == 0, evaluated.stderr[-4000:]
-        assert gif_path.stat().st_size > 1000 and gif_path.read_bytes()[:6] in (b"GIF87a", b"GIF89a")
+        assert gif_path.read_bytes()[:6] in (b"GIF87a", b"GIF89a"), f"{gif_path} is not a GIF"
         out["gif"] = gif_path
     assert evaluated.returncode == 0, evaluated.stderr[-4000:]
     evaluation = json.loads((run_dir / "eval" / f"update_{final}_{episodes}ep.json").read_text())
@@ -152,15 +152,19 @@ MATRIX: dict[str, dict] = {
         "trpo": ["algo.num_steps=32", "total_timesteps=1280", "eval_episodes=2"],
         "grpo": SMALL_GRPO + ["algo.max_episode_steps=64", "total_timesteps=2000", "eval_episodes=2"]}},
 }
-# the fast tier: every library once, every algorithm on two libraries at least; the rest is slow
-FAST = {("gymnax", "trpo"), ("tokens", "grpo"), ("playground", "ppo"), ("craftax", "trpo"),
-        ("navix", "grpo"), ("xminigrid", "ppo"), ("jumanji", "grpo")}
+# The fast tier (the README's test command, which must stay under ~8 minutes on 2 cores): each algorithm
+# once through the whole life, on the cheaper libraries; kill + resume on two of them (CartPole PPO's is
+# tests/test_workflow.py's). Everything else, Playground and Craftax (minutes of compile on 2 cores)
+# included, is the slow tier; their specific paths (zero-size checkpoint leaves, host rendering, Craftax's
+# textures) have fast in-process tests in their own files.
+FAST: dict[tuple[str, str], bool] = {("gymnax", "trpo"): True, ("navix", "grpo"): True, ("jumanji", "ppo"): False}
 
 
 def matrix_params(library: str) -> list:
     import pytest
 
-    return [pytest.param(algo, id=algo, marks=() if (library, algo) in FAST else pytest.mark.slow)
+    slow = (pytest.mark.slow, pytest.mark.timeout(2400))  # four CLI processes, compiles of minutes
+    return [pytest.param(algo, id=algo, marks=() if (library, algo) in FAST else slow)
             for algo in MATRIX[library]["algos"]]
 
 
@@ -168,4 +172,4 @@ def check_library(library: str, algo: str, tmp: Path) -> dict:
     """The whole life of a small run of ``algo`` on ``library``'s env through the CLI (:func:`lifecycle`)."""
     entry = MATRIX[library]
     overrides = [f"env={entry['env']}", f"algo={algo}", "num_seeds=1", "seed=7"] + entry["algos"][algo]
-    return lifecycle(tmp, overrides, gif=entry["gif"], every_updates=1)
+    return lifecycle(tmp, overrides, gif=entry["gif"], every_updates=1, kill=FAST.get((library, algo), True))
