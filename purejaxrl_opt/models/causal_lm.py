@@ -332,6 +332,12 @@ def logits(params: dict, cfg: LMConfig, tokens: jnp.ndarray, attention_mask: jnp
     return _head(params, cfg, hidden)
 
 
+def hidden_states(params: dict, cfg: LMConfig, tokens: jnp.ndarray, attention_mask: jnp.ndarray) -> jnp.ndarray:
+    """The body's final-normed hidden states ``[B, L, d]`` in ``cfg.dtype`` (what a head other than the
+    LM head reads, e.g. a value head); ``params`` needs no ``lm_head``."""
+    return _encode(params, cfg, tokens, attention_mask, keep_kv=False)[0]
+
+
 # --------------------------------------------------------------------------- KV cache
 class KVCache(NamedTuple):
     """Fixed-shape decoding state of ``B`` sequences in ``S`` slots.
