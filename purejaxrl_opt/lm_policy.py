@@ -64,7 +64,9 @@ def completion_log_probs(params, cfg: causal_lm.LMConfig, tokens, attention_mask
     the prompts in ``tokens [b, P + T]`` (``P = prompt_len``; the prompt left-padded, the completion
     starting at column ``P``), under ``softmax(logits / temperature)``."""
     num_new = completions.shape[1]
-    logits = causal_lm.logits(params, cfg, tokens, attention_mask)[:, prompt_len - 1:prompt_len - 1 + num_new]
+    # the head on the completion's positions only: the [b, L, V] logits are the largest activation
+    hidden = causal_lm.hidden_states(params, cfg, tokens, attention_mask)[:, prompt_len - 1:prompt_len - 1 + num_new]
+    logits = causal_lm.lm_head(params, cfg, hidden)
     log_softmax = jax.nn.log_softmax(logits / temperature, axis=-1)
     log_prob = jnp.take_along_axis(log_softmax, completions[..., None], axis=-1)[..., 0]
     entropy = -jnp.sum(jnp.exp(log_softmax) * log_softmax, axis=-1)
@@ -90,7 +92,46 @@ def micro_reduce(loss_norm: str, mask, minibatch_size: int, minibatch_tokens, nu
     return reduce
 
 
+# --------------------------------------------------------------------------- sharding
+def fsdp_spec(shape: tuple[int, ...], size: int) -> P:
+    """FSDP's split of one array over ``size`` devices: its largest axis that ``size`` divides (the
+    first of equals), or replicated (``P()``) when none does, for scalars and for ``size = 1``."""
+    candidates = [(dim, -axis) for axis, dim in enumerate(shape) if dim % size == 0 and dim >= size]
+    if size == 1 or not candidates:
+        return P()
+    axis = -max(candidates)[1]
+    return P(*([None] * axis + [FSDP]))
+
+
+def param_shardings(tree, mesh) -> Any:
+    """A ``NamedSharding`` per leaf of ``tree`` (params, optimizer state, adapters): split by
+    :func:`fsdp_spec` over the mesh's FSDP axis, replicated over its data axis."""
+    size = mesh.shape[FSDP]
+    return jax.tree_util.tree_map(lambda x: NamedSharding(mesh, fsdp_spec(jnp.shape(x), size)), tree)
+
+
+def constrain_params(tree, mesh):
+    """``tree`` pinned to :func:`param_shardings` inside a compiled function (the identity without a
+    mesh): the updated state keeps its layout from one update to the next."""
+    if mesh is None:
+        return tree
+    return jax.tree_util.tree_map(jax.lax.with_sharding_constraint, tree, param_shardings(tree, mesh))
+
+
 # --------------------------------------------------------------------------- batch sharding
+def batch_shardings(tree, mesh) -> Any:
+    """A ``NamedSharding`` per leaf of ``tree`` (``[n, ...]`` batch arrays): rows split over the mesh's
+    batch axes (data x FSDP) where their number divides ``n``, else replicated (e.g. fewer prompts
+    than devices)."""
+    size = mesh.shape[DATA] * mesh.shape[FSDP]
+
+    def one(x):
+        shape = jnp.shape(x)
+        return NamedSharding(mesh, P(BATCH_AXES) if shape and shape[0] % size == 0 else P())
+
+    return jax.tree_util.tree_map(one, tree)
+
+
 def constrain_batch(tree, mesh, axis: int = 0):
     """``tree``'s leaves split over the mesh's batch axes (data x FSDP) along ``axis``; the identity
     without a mesh. Inside the compiled update this pins the layout of the micro-batches (each
@@ -133,7 +174,7 @@ def accumulate_grads(loss_fn, trained, minibatch: dict, micro: int, mesh=None):
         (loss, aux), grads = grad_micro(trained, chunk)
         return jax.tree_util.tree_map(jnp.add, total, (loss, grads)), aux
 
-    zeros = (jnp.zeros((), jnp.float32), jax.tree_util.tree_map(jnp.zeros_like, trained))
+    zeros = (jnp.zeros((), jnp.float32), constrain_params(jax.tree_util.tree_map(jnp.zeros_like, trained), mesh))
     return jax.lax.scan(accumulate, zeros, split_micro(minibatch, micro, mesh))
 
 

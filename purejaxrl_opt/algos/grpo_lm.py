@@ -207,6 +207,7 @@ def _update(grpo: LMGRPO, state: LMState, frozen, batch: Batch, hparams, key):
     data = {"tokens": tokens, "attention": attention, "completions": batch.completions,
             "advantages": jnp.broadcast_to(advantages[:, None], completion_mask.shape), "mask": loss_mask,
             "log_prob_old": log_prob_old, "log_prob_ref": log_prob_ref}
+    data = lm_policy.constrain_batch(data, grpo.mesh)
 
     def grad_fn(trained, mb):
         loss_and_grads, diagnostics = minibatch_grads(grpo, trained, frozen, mb, hparams, single_step)
@@ -225,6 +226,7 @@ def _update(grpo: LMGRPO, state: LMState, frozen, batch: Batch, hparams, key):
         zero_spread_groups=jnp.sum(~spread).astype(jnp.float32),
         completion_length=lengths.mean(), truncated_fraction=truncated.mean(),
         learning_rate=learning_rate)
+    trained, opt_state = lm_policy.constrain_params((trained, opt_state), grpo.mesh)
     return LMState(trained, opt_state, state.update_idx + 1), metrics
 
 

@@ -201,6 +201,7 @@ def _update(ppo: LMPPO, state: PPOLMState, frozen, batch: Batch, hparams, key):
         advantages = losses.normalize(advantages, mask=mask)
     data = {"tokens": tokens, "attention": attention, "completions": batch.completions, "mask": mask,
             "advantages": advantages, "returns": returns, "log_prob_old": log_prob_old, "values_old": values_old}
+    data = lm_policy.constrain_batch(data, ppo.mesh)
 
     def grad_fn(trained, mb):
         (_, grads), diagnostics = minibatch_grads(ppo, trained, frozen, mb, hparams)
@@ -218,6 +219,7 @@ def _update(ppo: LMPPO, state: PPOLMState, frozen, batch: Batch, hparams, key):
         return_mean=returns.sum() / tokens_count,
         kl_ref=jnp.where(mask, log_prob_old - log_prob_ref, 0.0).sum() / tokens_count,
         completion_length=batch.lengths.astype(jnp.float32).mean(), learning_rate=learning_rate)
+    trained, opt_state = lm_policy.constrain_params((trained, opt_state), ppo.mesh)
     return PPOLMState(trained, opt_state, state.update_idx + 1), metrics
 
 

@@ -338,6 +338,12 @@ def hidden_states(params: dict, cfg: LMConfig, tokens: jnp.ndarray, attention_ma
     return _encode(params, cfg, tokens, attention_mask, keep_kv=False)[0]
 
 
+def lm_head(params: dict, cfg: LMConfig, hidden: jnp.ndarray) -> jnp.ndarray:
+    """Float32 logits ``[..., V]`` of final-normed hidden states ``[..., d]`` (:func:`hidden_states`):
+    with :func:`hidden_states`, the logits of chosen positions only."""
+    return _head(params, cfg, hidden)
+
+
 # --------------------------------------------------------------------------- KV cache
 class KVCache(NamedTuple):
     """Fixed-shape decoding state of ``B`` sequences in ``S`` slots.
