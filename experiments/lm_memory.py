@@ -15,7 +15,8 @@ everything after the host rewards) of
   the same size (the LM body + a scalar head, its own float32 params and AdamW moments) and the
   reference copy (kl_coef = 0.05);
 
-on the same batch (``prompts x G`` completions of ``completion`` tokens after ``prompt`` prompt tokens,
+the state donated to the step (its buffers reused for the new state, as the training run does), on
+the same batch (``prompts x G`` completions of ``completion`` tokens after ``prompt`` prompt tokens,
 one optimizer step: update_epochs = num_minibatches = 1 for both, the whole batch in one micro-batch
 unless ``--micro``). It reports XLA's memory analysis of the compiled step (argument + output + temp -
 alias bytes: what the step needs at its peak on the device, state included) and, each configuration in
@@ -93,12 +94,12 @@ def measure_one(spec: dict) -> dict:
     if trainer == "ppo_value_lm":
         algo = PPOLMConfig(num_prompts=prompts, group_size=group, update_epochs=1, num_minibatches=1, kl_coef=0.05)
         step = ppo_lm.LMPPO(algo, lm, model_cfg, cfg, sampling, prompt_len, 10)
-        update = ppo_lm._update
+        update = ppo_lm._update_donated
     else:
         algo = GRPOConfig(num_groups=prompts, group_size=group, update_epochs=1, num_minibatches=1,
                           beta=0.0 if trainer == "grpo_beta0" else 0.04)
         step = grpo_lm.LMGRPO(algo, lm, model_cfg, cfg, sampling, prompt_len, 10)
-        update = grpo_lm._update
+        update = grpo_lm._update_donated
     hparams = hyperparameters(algo)
     state, frozen = step.init(model.params, jax.random.key(0))
     num_params = int(sum(np.size(x) for x in jax.tree_util.tree_leaves(model.params)))
@@ -149,7 +150,7 @@ def markdown(results: list[dict], args) -> str:
     lines = [f"# Memory of one update step: GRPO vs PPO with a value LM\n",
              f"Batch: {args.prompts} prompts x G = {args.group} completions x {args.completion} tokens "
              f"(prompts of {args.prompt} tokens), one optimizer step, micro-batch "
-             f"{args.micro or args.prompts * args.group}; LoRA rank {LORA_RANK} on q k v o gate up down; "
+             f"{args.micro or args.prompts * args.group}; the state donated to the step; LoRA rank {LORA_RANK} on q k v o gate up down; "
              "beta = 0.04 (GRPO), kl_coef = 0.05 (PPO). MiB = 2^20 bytes; state = the trained arrays, their "
              "AdamW moments and the frozen arrays (reference or LoRA base). XLA = argument + output + temp - "
              "alias of the compiled update; peak RSS = the process's resident peak while the step runs "

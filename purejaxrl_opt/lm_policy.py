@@ -186,7 +186,8 @@ def init_trained(params: dict, model: ModelConfig, keep_reference: bool, compute
     if model.lora_rank > 0:
         return lora.init(params, model.lora_targets, model.lora_rank, key), params
     trained = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), params)
-    frozen = cast(trained, compute_dtype) if keep_reference else None
+    # a copy even in float32 (astype would return the same buffers): the update may donate `trained`
+    frozen = jax.tree_util.tree_map(lambda x: jnp.array(x, compute_dtype, copy=True), trained) if keep_reference else None
     return trained, frozen
 
 

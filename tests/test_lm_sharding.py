@@ -134,10 +134,15 @@ print("cli ok")
 """
 
 
-def test_four_devices_match_one_for_grpo_full_lora_and_ppo():
-    """A 2 x 2 (data x fsdp) mesh: GRPO's full fine-tuning and LoRA updates, and PPO's."""
-    out = run_with_devices(GRPO + PPO.replace(PRELUDE, ""), devices=4, timeout=400)
-    assert out.count("ok") == 3, out
+def test_four_devices_match_one_for_full_fine_tuning_and_lora():
+    """A 2 x 2 (data x fsdp) mesh: GRPO's full fine-tuning and LoRA updates."""
+    out = run_with_devices(GRPO, devices=4, timeout=400)
+    assert out.count("ok") == 2, out
+
+
+@pytest.mark.slow
+def test_four_devices_match_one_for_ppo_with_a_value_lm():
+    assert "ppo ok" in run_with_devices(PPO, devices=4, timeout=400)
 
 
 @pytest.mark.slow

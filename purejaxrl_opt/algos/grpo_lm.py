@@ -115,9 +115,11 @@ class LMGRPO:
         return _sample(self, state.trained, frozen, prompt_tokens, prompt_mask, key)
 
     # ------------------------------------------------------------------ the update (compiled)
-    def update(self, state: LMState, frozen, batch: Batch, hparams, key):
-        """One GRPO update on ``batch``: ``(state, metrics)``, metrics scalars."""
-        return _update(self, state, frozen, batch, hparams, key)
+    def update(self, state: LMState, frozen, batch: Batch, hparams, key, donate: bool = False):
+        """One GRPO update on ``batch``: ``(state, metrics)``, metrics scalars.
+        ``donate``: ``state``'s buffers are reused for the new state (it must not be read afterwards),
+        so the state is not held twice at the step's peak."""
+        return (_update_donated if donate else _update)(self, state, frozen, batch, hparams, key)
 
     def sequences(self, batch: Batch):
         """``(tokens [B, P + T], attention_mask [B, P + T], completion_mask bool [B, T])``."""
@@ -231,5 +233,6 @@ def _update(grpo: LMGRPO, state: LMState, frozen, batch: Batch, hparams, key):
 
 
 # compiled once per LMGRPO (a hashable, static description of the shapes and options)
+_update_donated = jax.jit(_update, static_argnums=0, donate_argnums=1)
 _update = jax.jit(_update, static_argnums=0)
 _sample = jax.jit(_sample, static_argnums=0)

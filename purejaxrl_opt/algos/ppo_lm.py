@@ -53,8 +53,9 @@ class PPOLMState:
 def init_value_model(params: dict) -> dict:
     """The value model from the LM's ``params``: ``{"body": every param but lm_head, float32,
     "head": {"w": zeros [d], "c": 0.}}``."""
-    body = {k: jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), v) for k, v in params.items()
-            if k != "lm_head"}
+    # a copy even of float32 params (astype would share the policy's buffers, which an update donates)
+    body = {k: jax.tree_util.tree_map(lambda x: jnp.array(x, jnp.float32, copy=True), v)
+            for k, v in params.items() if k != "lm_head"}
     hidden = params["final_norm"].shape[-1]
     return {"body": body, "head": {"w": jnp.zeros((hidden,), jnp.float32), "c": jnp.zeros((), jnp.float32)}}
 
@@ -136,9 +137,11 @@ class LMPPO:
         int32 [B])``."""
         return _sample(self, state.trained["policy"], frozen, prompt_tokens, prompt_mask, key)
 
-    def update(self, state: PPOLMState, frozen, batch: Batch, hparams, key):
-        """One PPO update on ``batch`` (``rewards``: each completion's score): ``(state, metrics)``."""
-        return _update(self, state, frozen, batch, hparams, key)
+    def update(self, state: PPOLMState, frozen, batch: Batch, hparams, key, donate: bool = False):
+        """One PPO update on ``batch`` (``rewards``: each completion's score): ``(state, metrics)``.
+        ``donate``: ``state``'s buffers are reused for the new state (it must not be read afterwards),
+        so the state is not held twice at the step's peak."""
+        return (_update_donated if donate else _update)(self, state, frozen, batch, hparams, key)
 
     def log_probs(self, params, tokens, attention, completions):
         return completion_log_probs(params, self.cfg, tokens, attention, completions, self.prompt_len,
@@ -223,5 +226,6 @@ def _update(ppo: LMPPO, state: PPOLMState, frozen, batch: Batch, hparams, key):
     return PPOLMState(trained, opt_state, state.update_idx + 1), metrics
 
 
+_update_donated = jax.jit(_update, static_argnums=0, donate_argnums=1)
 _update = jax.jit(_update, static_argnums=0)
 _sample = jax.jit(_sample, static_argnums=0)

@@ -389,7 +389,7 @@ def execute(settings: LMSettings, out_dir) -> dict:
         total, per_name = reward_lib.compute(run.task.rewards, prompts, texts, columns)
         t2 = time.perf_counter()
         batch = run.place_batch(Batch(tokens, mask, completions, lengths, total))
-        state, metrics = grpo.update(state, frozen, batch, run.hparams, update_key)
+        state, metrics = grpo.update(state, frozen, batch, run.hparams, update_key, donate=True)
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
         t3 = time.perf_counter()
         row = {"update": update + 1, **metrics, **reward_lib.means(per_name),
