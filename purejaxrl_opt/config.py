@@ -534,6 +534,9 @@ class CheckpointConfig:
 class ParallelConfig:
     lanes: str = "auto"  # auto: lanes in as many equal blocks as there are devices (at most) | off
     data: int = 1  # devices per agent (data parallel); 1 = none
+    # language-model runs: devices the params, optimizer state and batch are sharded over (FSDP), on a
+    # data x fsdp mesh; 1 = none. Env runs: 1
+    fsdp: int = 1
     # several processes (jax.distributed); null = from the environment (JAX_* or SLURM variables)
     coordinator: str | None = None
     num_processes: int | None = None
@@ -545,6 +548,7 @@ class ParallelConfig:
     def validate(self, prefix: str = "parallel") -> None:
         one_of(f"{prefix}.lanes", self.lanes, self.LANE_MODES)
         _check(self.data >= 1, f"{prefix}.data", self.data, "an int >= 1 (devices per agent)")
+        _check(self.fsdp >= 1, f"{prefix}.fsdp", self.fsdp, "an int >= 1 (devices the params are sharded over)")
         _check(self.init_timeout_s > 0, f"{prefix}.init_timeout_s", self.init_timeout_s,
                "a number > 0 (seconds)")
 

@@ -101,3 +101,43 @@ def check_grpo_for_lm(algo: GRPOConfig, lm: LMTrainConfig) -> None:
     micro = lm.micro_batch_size or minibatch
     _check(minibatch % micro == 0, "lm.micro_batch_size", lm.micro_batch_size,
            f"0 or a divisor of the minibatch, num_groups * group_size / num_minibatches = {minibatch}")
+
+
+@dataclass(frozen=True)
+class PPOLMConfig:
+    """PPO on a causal LM with a value LM (:mod:`purejaxrl_opt.algos.ppo_lm`), TRL's ``PPOTrainer``
+    recipe: the defaults are TRL's where it has one."""
+
+    num_prompts: int = 4  # prompts per update
+    group_size: int = 1  # completions per prompt (TRL: 1; G matches a GRPO batch)
+    update_epochs: int = 4  # TRL's num_ppo_epochs
+    num_minibatches: int = 1
+    lr: float = 1e-5
+    anneal_lr: bool = False
+    max_grad_norm: float = 1.0  # over the policy's and the value model's gradients together
+    clip_eps: float = 0.2  # the ratio's clip and (clip_value) the value's (TRL: cliprange(_value))
+    clip_value: bool = True
+    vf_coef: float = 0.1
+    ent_coef: float = 0.0
+    gamma: float = 1.0
+    gae_lambda: float = 0.95
+    kl_coef: float = 0.05  # per-token penalty -kl_coef (log pi_old - log pi_ref) in the reward; 0 = no reference
+    whiten_advantages: bool = True  # zero mean, unit std over the batch's completion tokens
+
+    SWEEPABLE: ClassVar[tuple[str, ...]] = ("lr", "max_grad_norm", "clip_eps", "vf_coef", "ent_coef", "gamma",
+                                            "gae_lambda", "kl_coef")
+
+    def validate(self, lm: LMTrainConfig, prefix: str = "ppo_lm") -> None:
+        for name in ("num_prompts", "group_size", "update_epochs", "num_minibatches", "lr", "max_grad_norm",
+                     "clip_eps"):
+            positive(f"{prefix}.{name}", getattr(self, name))
+        for name in ("vf_coef", "ent_coef", "kl_coef"):
+            non_negative(f"{prefix}.{name}", getattr(self, name))
+        unit_interval(f"{prefix}.gamma", self.gamma)
+        unit_interval(f"{prefix}.gae_lambda", self.gae_lambda)
+        total = self.num_prompts * self.group_size
+        _check(total % self.num_minibatches == 0, f"{prefix}.num_minibatches", self.num_minibatches,
+               f"a divisor of num_prompts * group_size = {total}")
+        minibatch = total // self.num_minibatches
+        _check(minibatch % (lm.micro_batch_size or minibatch) == 0, "lm.micro_batch_size", lm.micro_batch_size,
+               f"0 or a divisor of the minibatch, num_prompts * group_size / num_minibatches = {minibatch}")

@@ -84,6 +84,9 @@ def make_layout(settings: ParallelSettings, run, num_lanes: int, devices=None) -
         devices = jax.devices() if jax.process_count() > 1 else jax.local_devices()
     devices = list(devices)
     n, data = len(devices), settings.data
+    if settings.fsdp != 1:
+        raise ConfigError(f"config key 'parallel.fsdp' = {settings.fsdp}: sharding the params (FSDP) is for "
+                          "language-model runs (env=lm/...); use parallel.data for data parallelism here")
     if data > n:
         raise ConfigError(f"config key 'parallel.data' = {data}: only {n} device(s) available "
                           f"({devices[0].platform}); use parallel.data <= {n}")
@@ -118,6 +121,34 @@ def make_layout(settings: ParallelSettings, run, num_lanes: int, devices=None) -
     used = devices[: rows * data]
     mesh = Mesh(np.asarray(used, dtype=object).reshape(rows, data), (LANES, DATA))
     return Layout(mesh, rows, data)
+
+
+# ------------------------------------------------------------------------- language-model runs
+FSDP = "fsdp"
+
+
+def lm_mesh(settings: ParallelSettings, batch_sizes: dict[str, int], devices=None) -> Mesh | None:
+    """The ``parallel.data x parallel.fsdp`` mesh (axes ``data``, ``fsdp``) of a language-model run, or
+    None for one device. The params and optimizer state are split over ``fsdp`` (each array along its
+    largest divisible axis: :func:`purejaxrl_opt.lm_policy.fsdp_spec`) and replicated over ``data``;
+    every batch of completions is split over both. ConfigError, before anything compiles, when the
+    devices are too few or a number of completions (``batch_sizes``: what a config names -> its
+    value, e.g. the batch and a micro-batch) does not divide over the ``data x fsdp`` devices."""
+    if devices is None:  # every device of every process (jax.distributed), else the local ones
+        devices = jax.devices() if jax.process_count() > 1 else jax.local_devices()
+    devices = list(devices)
+    size = settings.data * settings.fsdp
+    if size > len(devices):
+        raise ConfigError(f"config keys 'parallel.data' x 'parallel.fsdp' = {settings.data} x {settings.fsdp} "
+                          f"= {size} devices: only {len(devices)} available ({devices[0].platform})")
+    if size == 1:
+        return None
+    for name, value in batch_sizes.items():
+        if value % size:
+            raise ConfigError(f"{name} = {value} completions do not divide over parallel.data x parallel.fsdp "
+                              f"= {size} devices (the completions are split over them): make it a multiple of "
+                              f"{size} or use fewer devices")
+    return Mesh(np.asarray(devices[:size], dtype=object).reshape(settings.data, settings.fsdp), (DATA, FSDP))
 
 
 # ------------------------------------------------------------------------------------------ specs
@@ -257,7 +288,7 @@ def _cpu_collectives() -> None:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
 
 
-__all__ = ["ParallelSettings", "Layout", "make_layout", "settings_from_config", "loop_specs",
+__all__ = ["ParallelSettings", "Layout", "make_layout", "lm_mesh", "settings_from_config", "loop_specs",
            "wrap", "place", "put", "to_host", "is_main_process",
            "initialize_distributed", "sharded_functions"]
 

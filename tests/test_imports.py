@@ -38,6 +38,8 @@ LAYERS = {
     "algos.ppo": ALGORITHM, "algos.trpo": ALGORITHM, "algos.grpo": ALGORITHM, "algos.ppo_tokens": ALGORITHM,
     # GRPO on a pretrained LM: the compiled sampling and update of its split step
     "algos.grpo_lm": ALGORITHM,
+    # PPO on a pretrained LM with a value LM (the memory comparison's other trainer)
+    "algos.ppo_lm": ALGORITHM,
     # what every algorithm plugs into: Algorithm, Loop, run_updates
     "algos.base": FRAMEWORK,
     # shared stages
@@ -45,6 +47,8 @@ LAYERS = {
     "natural_gradient": STAGE, "optim": STAGE, "collectives": STAGE, "episode_losses": STAGE,
     # GRPO's objective and advantages: the env algorithm and the language-model trainer call them
     "grpo_objective": STAGE,
+    # the language-model trainers' shared policy side: batch layout, log-probs, micro-batches, sharding
+    "lm_policy": STAGE,
     # models
     "policies": MODEL, "networks": MODEL, "transformer": MODEL, "distributions": MODEL,
     "pretrained": MODEL,

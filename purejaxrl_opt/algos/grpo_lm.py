@@ -40,10 +40,12 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from purejaxrl_opt import lm_policy
 from purejaxrl_opt.config import GRPOConfig
 from purejaxrl_opt.grpo_objective import has_spread, group_advantages, overlong_penalty, policy_objective
 from purejaxrl_opt.lm_config import LMTrainConfig, ModelConfig
-from purejaxrl_opt.models import causal_lm, lora, sampling
+from purejaxrl_opt.lm_policy import Batch, completion_log_probs, micro_reduce
+from purejaxrl_opt.models import causal_lm, sampling
 from purejaxrl_opt.optim import adamw, minibatch_epochs
 
 DIAGNOSTICS = ("policy_loss", "kl_ref", "entropy", "approx_kl", "clip_frac")
@@ -54,49 +56,6 @@ class LMState:
     trained: Any  # LoRA adapters, or the full params (float32)
     opt_state: Any
     update_idx: jnp.ndarray  # int32 []
-
-
-class Batch(struct.PyTreeNode):
-    """One update's data: ``num_groups`` prompts (left-padded to ``P``) and their ``B = num_groups x G``
-    completions (group-major: completion ``b`` answers prompt ``b // G``)."""
-
-    prompt_tokens: jnp.ndarray  # int32 [num_groups, P]
-    prompt_mask: jnp.ndarray  # int32 [num_groups, P]
-    completions: jnp.ndarray  # int32 [B, T], pad after the stop token
-    lengths: jnp.ndarray  # int32 [B], tokens up to and including the stop token
-    rewards: jnp.ndarray  # float32 [B], the weighted sum of the reward functions
-
-
-def completion_log_probs(params, cfg: causal_lm.LMConfig, tokens, attention_mask, completions,
-                         prompt_len: int, temperature: float):
-    """Per-token log-probs and entropies ``float32 [b, T]`` of the completions ``int [b, T]`` that follow
-    the prompts in ``tokens [b, P + T]`` (``P = prompt_len``; the prompt left-padded, the completion
-    starting at column ``P``), under ``softmax(logits / temperature)``."""
-    num_new = completions.shape[1]
-    logits = causal_lm.logits(params, cfg, tokens, attention_mask)[:, prompt_len - 1:prompt_len - 1 + num_new]
-    log_softmax = jax.nn.log_softmax(logits / temperature, axis=-1)
-    log_prob = jnp.take_along_axis(log_softmax, completions[..., None], axis=-1)[..., 0]
-    entropy = -jnp.sum(jnp.exp(log_softmax) * log_softmax, axis=-1)
-    return log_prob, entropy
-
-
-def micro_reduce(loss_norm: str, mask, minibatch_size: int, minibatch_tokens, num_new: int):
-    """The reduction of a micro-batch's per-token values ``[b, T]`` (``mask [b, T]``) as its share of
-    :func:`purejaxrl_opt.losses.masked_reduce` over the whole minibatch: the shares of the minibatch's
-    micro-batches sum to that reduction."""
-    weights = mask.astype(jnp.float32)
-
-    def reduce(values):
-        values = jnp.where(mask, values, 0.0)
-        if loss_norm == "sequence":
-            return jnp.sum(values.sum(-1) / jnp.maximum(weights.sum(-1), 1.0)) / minibatch_size
-        if loss_norm == "token":
-            return values.sum() / jnp.maximum(minibatch_tokens, 1.0)
-        if loss_norm == "constant":
-            return values.sum() / (minibatch_size * num_new)
-        raise ValueError(f"unknown loss_norm {loss_norm!r}")
-
-    return reduce
 
 
 @dataclass(frozen=True)
@@ -113,6 +72,9 @@ class LMGRPO:
     sampling: sampling.SamplingConfig
     prompt_len: int
     num_updates: int
+    # a data x FSDP jax.sharding.Mesh (purejaxrl_opt.parallel.lm_mesh): the batch is split over both
+    # axes inside the compiled steps; None = one device
+    mesh: Any = None
 
     # ------------------------------------------------------------------ params
     @property
@@ -125,20 +87,13 @@ class LMGRPO:
 
     def init(self, params: dict, key: jax.Array) -> tuple[LMState, Any]:
         """``(state, frozen)`` from the loaded ``params`` (in ``cfg.dtype``)."""
-        if self.lora:
-            trained = lora.init(params, self.model.lora_targets, self.model.lora_rank, key)
-            frozen = params
-        else:
-            trained = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), params)
-            # the reference in the compute dtype, as the policy is cast for each pass
-            frozen = self.policy_params(trained, None) if self.algo.beta > 0 else None
+        # the reference in the compute dtype, as the policy is cast for each pass
+        trained, frozen = lm_policy.init_trained(params, self.model, self.algo.beta > 0, self.cfg.jnp_dtype, key)
         return LMState(trained, self.optimizer(jnp.float32(0.0), 0.0).init(trained), jnp.int32(0)), frozen
 
     def policy_params(self, trained, frozen) -> dict:
         """The policy's params in ``cfg.dtype``: adapters merged into the base, or the master copy cast."""
-        if self.lora:
-            return lora.merge(frozen, trained, self.model.lora_alpha / self.model.lora_rank)
-        return jax.tree_util.tree_map(lambda x: x.astype(self.cfg.jnp_dtype), trained)
+        return lm_policy.policy_params(trained, frozen, self.model, self.cfg.jnp_dtype)
 
     def optimizer(self, learning_rate, max_grad_norm):
         return adamw(learning_rate, max_grad_norm, self.lm.weight_decay, self.lm.adam_beta2)
@@ -160,26 +115,19 @@ class LMGRPO:
         return _sample(self, state.trained, frozen, prompt_tokens, prompt_mask, key)
 
     # ------------------------------------------------------------------ the update (compiled)
-    def update(self, state: LMState, frozen, batch: Batch, hparams, key):
-        """One GRPO update on ``batch``: ``(state, metrics)``, metrics scalars."""
-        return _update(self, state, frozen, batch, hparams, key)
+    def update(self, state: LMState, frozen, batch: Batch, hparams, key, donate: bool = False):
+        """One GRPO update on ``batch``: ``(state, metrics)``, metrics scalars.
+        ``donate``: ``state``'s buffers are reused for the new state (it must not be read afterwards),
+        so the state is not held twice at the step's peak."""
+        return (_update_donated if donate else _update)(self, state, frozen, batch, hparams, key)
 
     def sequences(self, batch: Batch):
         """``(tokens [B, P + T], attention_mask [B, P + T], completion_mask bool [B, T])``."""
-        group = self.algo.group_size
-        prompts = jnp.repeat(batch.prompt_tokens, group, axis=0)
-        prompt_mask = jnp.repeat(batch.prompt_mask, group, axis=0)
-        completion_mask = jnp.arange(batch.completions.shape[1])[None] < batch.lengths[:, None]
-        tokens = jnp.concatenate([prompts, batch.completions], axis=1)
-        attention = jnp.concatenate([prompt_mask, completion_mask.astype(prompt_mask.dtype)], axis=1)
-        return tokens, attention, completion_mask
+        return lm_policy.sequences(batch, self.algo.group_size)
 
     def truncated(self, batch: Batch) -> jnp.ndarray:
         """``[B]`` bool: completions cut at ``max_new_tokens`` without a stop token."""
-        stops = jnp.asarray(self.sampling.stop_ids or (-1,), jnp.int32)
-        stopped = jnp.any(batch.completions[..., None] == stops, axis=-1)
-        completion_mask = jnp.arange(batch.completions.shape[1])[None] < batch.lengths[:, None]
-        return ~jnp.any(stopped & completion_mask, axis=-1)
+        return lm_policy.truncated(batch, self.sampling.stop_ids)
 
     def advantages(self, batch: Batch):
         """``(advantages [B], rewards [B] with DAPO's overlong penalty, spread [num_groups] bool)``."""
@@ -197,23 +145,17 @@ def advantages_of(grpo: LMGRPO, batch: Batch) -> jnp.ndarray:
 
 
 def _sample(grpo: LMGRPO, trained, frozen, prompt_tokens, prompt_mask, key):
-    params = grpo.policy_params(trained, frozen)
-    tokens = jnp.repeat(prompt_tokens, grpo.algo.group_size, axis=0)
-    mask = jnp.repeat(prompt_mask, grpo.algo.group_size, axis=0)
-    return sampling.generate(params, grpo.cfg, grpo.sampling, tokens, mask, key)
+    return lm_policy.sample_groups(grpo.policy_params(trained, frozen), grpo.cfg, grpo.sampling,
+                                   grpo.algo.group_size, prompt_tokens, prompt_mask, key, grpo.mesh)
 
 
 def _log_probs_in_micro_batches(grpo: LMGRPO, params, tokens, attention, completions, micro: int):
-    """``completion_log_probs`` over ``[B, ...]`` in ``B / micro`` sequential passes (``lax.map``), so a
-    pass holds one micro-batch's activations: ``float32 [B, T]`` (no gradient)."""
-    num = tokens.shape[0] // micro
-
+    """``completion_log_probs`` over ``[B, ...]`` one micro-batch a pass (no gradient): ``float32
+    [B, T]``."""
     def one(chunk):
         return completion_log_probs(params, grpo.cfg, *chunk, grpo.prompt_len, grpo.lm.temperature)[0]
 
-    chunks = jax.tree_util.tree_map(lambda x: x.reshape((num, micro) + x.shape[1:]),
-                                    (tokens, attention, completions))
-    return jax.lax.stop_gradient(jax.lax.map(one, chunks).reshape(completions.shape))
+    return lm_policy.in_micro_batches(one, (tokens, attention, completions), micro, grpo.mesh)
 
 
 def minibatch_grads(grpo: LMGRPO, trained, frozen, mb: dict, hparams, single_step: bool):
@@ -240,15 +182,7 @@ def minibatch_grads(grpo: LMGRPO, trained, frozen, mb: dict, hparams, single_ste
         return policy_objective(log_prob, old, ref, entropy, chunk["advantages"], chunk["mask"], hparams,
                                 algo.reduction, algo, reduce=reduce)
 
-    grad_micro = jax.value_and_grad(micro_loss, has_aux=True)
-    chunks = jax.tree_util.tree_map(lambda x: x.reshape((minibatch // micro, micro) + x.shape[1:]), mb)
-
-    def accumulate(total, chunk):
-        (loss, diagnostics), grads = grad_micro(trained, chunk)
-        return jax.tree_util.tree_map(jnp.add, total, (loss, grads)), diagnostics
-
-    zeros = (jnp.zeros((), jnp.float32), jax.tree_util.tree_map(jnp.zeros_like, trained))
-    loss_and_grads, diagnostics = jax.lax.scan(accumulate, zeros, chunks)
+    loss_and_grads, diagnostics = lm_policy.accumulate_grads(micro_loss, trained, mb, micro, grpo.mesh)
     return loss_and_grads, jax.tree_util.tree_map(jnp.mean, diagnostics)
 
 
@@ -275,6 +209,7 @@ def _update(grpo: LMGRPO, state: LMState, frozen, batch: Batch, hparams, key):
     data = {"tokens": tokens, "attention": attention, "completions": batch.completions,
             "advantages": jnp.broadcast_to(advantages[:, None], completion_mask.shape), "mask": loss_mask,
             "log_prob_old": log_prob_old, "log_prob_ref": log_prob_ref}
+    data = lm_policy.constrain_batch(data, grpo.mesh)
 
     def grad_fn(trained, mb):
         loss_and_grads, diagnostics = minibatch_grads(grpo, trained, frozen, mb, hparams, single_step)
@@ -293,9 +228,11 @@ def _update(grpo: LMGRPO, state: LMState, frozen, batch: Batch, hparams, key):
         zero_spread_groups=jnp.sum(~spread).astype(jnp.float32),
         completion_length=lengths.mean(), truncated_fraction=truncated.mean(),
         learning_rate=learning_rate)
+    trained, opt_state = lm_policy.constrain_params((trained, opt_state), grpo.mesh)
     return LMState(trained, opt_state, state.update_idx + 1), metrics
 
 
 # compiled once per LMGRPO (a hashable, static description of the shapes and options)
+_update_donated = jax.jit(_update, static_argnums=0, donate_argnums=1)
 _update = jax.jit(_update, static_argnums=0)
 _sample = jax.jit(_sample, static_argnums=0)

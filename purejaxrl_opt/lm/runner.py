@@ -75,6 +75,7 @@ class LMSettings:
     progress: ProgressConfig = ProgressConfig()
     checkpoint: CheckpointConfig = CheckpointConfig(final=False)
     resume: str | None = None
+    parallel: ParallelConfig = ParallelConfig()  # data x fsdp devices (the layout is not in the fingerprint)
 
     def fingerprint(self) -> dict:
         """What determines the trained arrays: everything but the evaluation and output settings."""
@@ -123,7 +124,9 @@ def parse_settings(cfg) -> LMSettings:
     _check(sweep.vmap is None and sweep.random is None, "sweep.vmap", sweep.vmap,
            "null on a language-model run (one model per run; sweep with Hydra's -m)")
     parallel = parse_section(ParallelConfig, raw.get("parallel"), "parallel")
-    _check(parallel.data == 1, "parallel.data", parallel.data, "1 on a language-model run (one device)")
+    for key in ("coordinator", "num_processes", "process_id"):
+        _check(getattr(parallel, key) is None, f"parallel.{key}", getattr(parallel, key),
+               "null on a language-model run (one process; its devices form the parallel.data x parallel.fsdp mesh)")
     logger = parse_section(LoggerConfig, raw.get("logger"), "logger")
     _check(logger.kind in ("none", "console"), "logger.kind", logger.kind,
            "'console' or 'none' on a language-model run (metrics.csv and summary.json hold everything)")
@@ -136,7 +139,8 @@ def parse_settings(cfg) -> LMSettings:
         raise ConfigError(f"config key 'resume' = {resume!r}: no checkpoint in {Path(resume) / 'checkpoints'}")
     return dataclasses.replace(
         settings, progress=parse_section(ProgressConfig, raw.get("progress"), "progress"),
-        checkpoint=parse_section(CheckpointConfig, raw.get("checkpoint"), "checkpoint"), resume=resume)
+        checkpoint=parse_section(CheckpointConfig, raw.get("checkpoint"), "checkpoint"), resume=resume,
+        parallel=parallel)
 
 
 def default_model_path() -> str:
@@ -223,6 +227,21 @@ class Run:
     prompt_ids: dict  # id(row) -> token ids
     held_out: list
     hparams: dict
+    mesh: Any = None  # the data x fsdp mesh, None on one device
+
+    def place_state(self, tree):
+        """Params / optimizer state / adapters onto the mesh, FSDP-split (as they are on one device)."""
+        from purejaxrl_opt.lm_policy import param_shardings
+        from purejaxrl_opt.parallel import put
+
+        return tree if self.mesh is None else put(tree, param_shardings(tree, self.mesh))
+
+    def place_batch(self, tree):
+        """Batch arrays (``[n, ...]`` leaves) onto the mesh, rows split over its devices."""
+        from purejaxrl_opt.lm_policy import batch_shardings
+        from purejaxrl_opt.parallel import put
+
+        return tree if self.mesh is None else put(tree, batch_shardings(tree, self.mesh))
 
     def decode(self, completions: np.ndarray, lengths: np.ndarray) -> list[str]:
         return [self.model.tokenizer.decode(completions[i, :lengths[i]].tolist()) for i in range(len(lengths))]
@@ -236,7 +255,13 @@ def build(settings: LMSettings) -> Run:
     """Load the task and the model and describe the compiled step (nothing compiled yet)."""
     from purejaxrl_opt.algos.grpo_lm import LMGRPO
     from purejaxrl_opt.config import hyperparameters
+    from purejaxrl_opt.parallel import lm_mesh
 
+    algo, lm = settings.algo, settings.lm
+    completions = algo.num_groups * algo.group_size
+    micro = lm.micro_batch_size or completions // algo.num_minibatches
+    mesh = lm_mesh(settings.parallel, {"grpo.num_groups x grpo.group_size": completions,
+                                       "the micro-batch (lm.micro_batch_size, else the minibatch)": micro})
     task = data.load_task(settings.env.id, dict(settings.env.params))
     _check(settings.eval_episodes <= len(task.held_out), "eval_episodes", settings.eval_episodes,
            f"<= env.params.num_eval = {len(task.held_out)} (the held-out prompts)")
@@ -247,16 +272,15 @@ def build(settings: LMSettings) -> Run:
     ids = data.encode(rows, model.tokenizer, chat, task.system_prompt)
     longest = max(len(i) for i in ids)
     prompt_len = -(-longest // PROMPT_MULTIPLE) * PROMPT_MULTIPLE
-    lm = settings.lm
     _check(prompt_len + lm.max_new_tokens <= model.cfg.max_position_embeddings, "lm.max_new_tokens",
            lm.max_new_tokens, f"at most {model.cfg.max_position_embeddings - prompt_len}: the longest prompt "
            f"({longest} tokens, padded to {prompt_len}) plus the completion must fit the model's "
            f"max_position_embeddings = {model.cfg.max_position_embeddings}")
     sampling = model.sampling_config(lm.max_new_tokens, lm.temperature, lm.top_k, lm.top_p)
     cfg = model.cfg if settings.model.lora_rank > 0 else model.cfg.replace(dtype=settings.model.dtype)
-    grpo = LMGRPO(settings.algo, lm, settings.model, cfg, sampling, prompt_len, lm.num_updates)
+    grpo = LMGRPO(settings.algo, lm, settings.model, cfg, sampling, prompt_len, lm.num_updates, mesh)
     return Run(settings, task, model, grpo, {id(r): i for r, i in zip(rows, ids)}, held_out,
-               hyperparameters(settings.algo))
+               hyperparameters(settings.algo), mesh)
 
 
 def evaluate(run: Run, params, seed: int) -> tuple[dict, list[dict]]:
@@ -328,6 +352,7 @@ def execute(settings: LMSettings, out_dir) -> dict:
 
     from purejaxrl_opt.algos.grpo_lm import Batch
     from purejaxrl_opt.artifacts import describe_device, git_commit, write_json_atomic
+    from purejaxrl_opt.parallel import to_host
 
     out_dir = Path(settings.resume or out_dir)
     if settings.resume is None and checkpoint_steps(out_dir):
@@ -338,10 +363,14 @@ def execute(settings: LMSettings, out_dir) -> dict:
     say = print if settings.progress.mode != "off" else (lambda *_: None)
     init_key, key = jax.random.split(jax.random.key(settings.seed))
     state, frozen = grpo.init(run.model.params, init_key)
+    num_params = int(sum(np.size(x) for x in jax.tree_util.tree_leaves(run.model.params)))
+    if settings.model.lora_rank == 0:  # the trained copy replaces the loaded one (LoRA's base is `frozen`)
+        run.model = dataclasses.replace(run.model, params=None)
     start, rows, evaluations = 0, [], []
     if settings.resume is not None:
         state, start, rows, evaluations = restore_checkpoint(out_dir, state, settings)
         say(f"[lm-grpo] resumed {out_dir} at update {start}")
+    state, frozen = run.place_state(state), run.place_state(frozen)
     out_dir.mkdir(parents=True, exist_ok=True)
     policy_params = jax.jit(grpo.policy_params)
     eval_seed = settings.seed + 1_000_003
@@ -353,18 +382,18 @@ def execute(settings: LMSettings, out_dir) -> dict:
     examples: list[dict] = []
     for update in range(start, lm.num_updates):
         batch_rows = data.train_rows(run.task, update, algo.num_groups)
-        tokens, mask = run.prompt_batch(batch_rows)
+        tokens, mask = run.place_batch(run.prompt_batch(batch_rows))
         sample_key, update_key = jax.random.split(jax.random.fold_in(key, update))
         t0 = time.perf_counter()
         completions, lengths = grpo.sample(state, frozen, tokens, mask, sample_key)
-        completions, lengths = np.asarray(completions), np.asarray(lengths)
+        completions, lengths = to_host((completions, lengths))
         t1 = time.perf_counter()
         texts = run.decode(completions, lengths)
         prompts, columns = data.prompts_and_columns(batch_rows, repeat=algo.group_size)
         total, per_name = reward_lib.compute(run.task.rewards, prompts, texts, columns)
         t2 = time.perf_counter()
-        batch = Batch(tokens, mask, completions, lengths, total)
-        state, metrics = grpo.update(state, frozen, batch, run.hparams, update_key)
+        batch = run.place_batch(Batch(tokens, mask, completions, lengths, total))
+        state, metrics = grpo.update(state, frozen, batch, run.hparams, update_key, donate=True)
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
         t3 = time.perf_counter()
         row = {"update": update + 1, **metrics, **reward_lib.means(per_name),
@@ -407,7 +436,7 @@ def execute(settings: LMSettings, out_dir) -> dict:
     summary = {
         "algo": "grpo", "env": settings.env.id, "model": run.model.source,
         "config": settings.fingerprint(),
-        "num_params": int(sum(np.size(x) for x in jax.tree_util.tree_leaves(run.model.params))),
+        "num_params": num_params, "parallel": {"data": settings.parallel.data, "fsdp": settings.parallel.fsdp},
         "num_trained_params": int(sum(np.size(x) for x in jax.tree_util.tree_leaves(state.trained))),
         "num_updates": lm.num_updates, "train_prompts": len(run.task.train), "held_out_prompts": len(run.held_out),
         "prompt_length": grpo.prompt_len, "held_out_before": evaluations[0], "held_out_after": after,

@@ -332,6 +332,18 @@ def logits(params: dict, cfg: LMConfig, tokens: jnp.ndarray, attention_mask: jnp
     return _head(params, cfg, hidden)
 
 
+def hidden_states(params: dict, cfg: LMConfig, tokens: jnp.ndarray, attention_mask: jnp.ndarray) -> jnp.ndarray:
+    """The body's final-normed hidden states ``[B, L, d]`` in ``cfg.dtype`` (what a head other than the
+    LM head reads, e.g. a value head); ``params`` needs no ``lm_head``."""
+    return _encode(params, cfg, tokens, attention_mask, keep_kv=False)[0]
+
+
+def lm_head(params: dict, cfg: LMConfig, hidden: jnp.ndarray) -> jnp.ndarray:
+    """Float32 logits ``[..., V]`` of final-normed hidden states ``[..., d]`` (:func:`hidden_states`):
+    with :func:`hidden_states`, the logits of chosen positions only."""
+    return _head(params, cfg, hidden)
+
+
 # --------------------------------------------------------------------------- KV cache
 class KVCache(NamedTuple):
     """Fixed-shape decoding state of ``B`` sequences in ``S`` slots.
