@@ -6,6 +6,7 @@ subprocess (as tests/test_parallel.py)."""
 
 from __future__ import annotations
 
+import jax
 import pytest
 
 from purejaxrl_opt import parallel
@@ -168,8 +169,12 @@ def test_fsdp_splits_the_largest_divisible_axis():
 
 
 def test_a_mesh_that_does_not_fit_is_a_config_error():
-    with pytest.raises(ConfigError, match=r"parallel\.data' x 'parallel\.fsdp' = 2 x 4 = 8 devices: only 1"):
-        parallel.lm_mesh(ParallelConfig(data=2, fsdp=4), {"batch": 16})
+    # more devices than any test process has (it may have 1, or one per core once the CLI's flags
+    # are set by another test module in the same worker)
+    available = len(jax.devices())
+    with pytest.raises(ConfigError, match=rf"parallel\.data' x 'parallel\.fsdp' = 64 x 64 = 4096 devices: "
+                                          rf"only {available} available"):
+        parallel.lm_mesh(ParallelConfig(data=64, fsdp=64), {"batch": 4096})
     devices = [object()] * 4
     with pytest.raises(ConfigError, match=r"lm\.micro_batch_size = 6 completions do not divide over"):
         parallel.lm_mesh(ParallelConfig(data=2, fsdp=2), {"batch": 16, "lm.micro_batch_size": 6}, devices)
