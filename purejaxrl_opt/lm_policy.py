@@ -179,6 +179,17 @@ def accumulate_grads(loss_fn, trained, minibatch: dict, micro: int, mesh=None):
 
 
 # --------------------------------------------------------------------------- trained and frozen arrays
+def learning_rate(lr, update_idx, warmup_updates: int, anneal: bool, num_updates: int):
+    """``lr`` ramped linearly over ``warmup_updates``, then (``anneal``) decayed linearly to 0 at
+    ``num_updates``."""
+    rate = lr
+    if warmup_updates > 0:
+        rate = rate * jnp.minimum(1.0, (update_idx + 1.0) / warmup_updates)
+    if anneal:
+        rate = rate * (1.0 - update_idx / num_updates)
+    return rate
+
+
 def init_trained(params: dict, model: ModelConfig, keep_reference: bool, compute_dtype, key: jax.Array):
     """``(trained, frozen)`` from the loaded ``params``: LoRA adapters and the base (the reference,
     adapters off), or a float32 master copy and, with ``keep_reference``, a frozen copy of the

@@ -99,14 +99,8 @@ class LMGRPO:
         return adamw(learning_rate, max_grad_norm, self.lm.weight_decay, self.lm.adam_beta2)
 
     def learning_rate(self, lr, update_idx):
-        """``lr`` ramped linearly over ``lm.warmup_updates``, then (``anneal_lr``) decayed linearly to 0
-        at ``lm.num_updates``."""
-        rate = lr
-        if self.lm.warmup_updates > 0:
-            rate = rate * jnp.minimum(1.0, (update_idx + 1.0) / self.lm.warmup_updates)
-        if self.algo.anneal_lr:
-            rate = rate * (1.0 - update_idx / self.num_updates)
-        return rate
+        return lm_policy.learning_rate(lr, update_idx, self.lm.warmup_updates, self.algo.anneal_lr,
+                                       self.num_updates)
 
     # ------------------------------------------------------------------ sampling (compiled)
     def sample(self, state: LMState, frozen, prompt_tokens, prompt_mask, key):

@@ -125,12 +125,8 @@ class LMPPO:
         return adamw(learning_rate, max_grad_norm, self.lm.weight_decay, self.lm.adam_beta2)
 
     def learning_rate(self, lr, update_idx):
-        rate = lr
-        if self.lm.warmup_updates > 0:
-            rate = rate * jnp.minimum(1.0, (update_idx + 1.0) / self.lm.warmup_updates)
-        if self.algo.anneal_lr:
-            rate = rate * (1.0 - update_idx / self.num_updates)
-        return rate
+        return lm_policy.learning_rate(lr, update_idx, self.lm.warmup_updates, self.algo.anneal_lr,
+                                       self.num_updates)
 
     def sample(self, state: PPOLMState, frozen, prompt_tokens, prompt_mask, key):
         """``G`` completions of each prompt ``[num_prompts, P]``: ``(completions int32 [B, T], lengths
