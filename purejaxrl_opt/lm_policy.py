@@ -190,6 +190,23 @@ def learning_rate(lr, update_idx, warmup_updates: int, anneal: bool, num_updates
     return rate
 
 
+class LMTrainer:
+    """What the language-model trainers (GRPO, PPO) share, over their ``lm``, ``model``, ``cfg``, ``algo``
+    and ``num_updates`` fields: the policy's params, the optimizer and its learning-rate schedule."""
+
+    def policy_params(self, trained, frozen) -> dict:
+        """The policy's params in ``cfg.dtype``: adapters merged into the base, or the master copy cast."""
+        return policy_params(trained, frozen, self.model, self.cfg.jnp_dtype)
+
+    def optimizer(self, learning_rate, max_grad_norm):
+        from purejaxrl_opt.optim import adamw
+
+        return adamw(learning_rate, max_grad_norm, self.lm.weight_decay, self.lm.adam_beta2)
+
+    def learning_rate(self, lr, update_idx):
+        return learning_rate(lr, update_idx, self.lm.warmup_updates, self.algo.anneal_lr, self.num_updates)
+
+
 def init_trained(params: dict, model: ModelConfig, keep_reference: bool, compute_dtype, key: jax.Array):
     """``(trained, frozen)`` from the loaded ``params``: LoRA adapters and the base (the reference,
     adapters off), or a float32 master copy and, with ``keep_reference``, a frozen copy of the

@@ -46,7 +46,7 @@ from purejaxrl_opt.grpo_objective import has_spread, group_advantages, overlong_
 from purejaxrl_opt.lm_config import LMTrainConfig, ModelConfig
 from purejaxrl_opt.lm_policy import Batch, completion_log_probs, micro_reduce
 from purejaxrl_opt.models import causal_lm, sampling
-from purejaxrl_opt.optim import adamw, minibatch_epochs
+from purejaxrl_opt.optim import minibatch_epochs
 
 DIAGNOSTICS = ("policy_loss", "kl_ref", "entropy", "approx_kl", "clip_frac")
 
@@ -59,7 +59,7 @@ class LMState:
 
 
 @dataclass(frozen=True)
-class LMGRPO:
+class LMGRPO(lm_policy.LMTrainer):
     """The compiled pieces of GRPO on a causal LM, for fixed shapes (prompt length ``P``, ``T`` new
     tokens, ``num_groups x G`` completions). ``frozen`` is the base params under LoRA, the reference
     copy in full fine-tuning with ``beta > 0``, else None; it is an argument (never a closure
@@ -90,17 +90,6 @@ class LMGRPO:
         # the reference in the compute dtype, as the policy is cast for each pass
         trained, frozen = lm_policy.init_trained(params, self.model, self.algo.beta > 0, self.cfg.jnp_dtype, key)
         return LMState(trained, self.optimizer(jnp.float32(0.0), 0.0).init(trained), jnp.int32(0)), frozen
-
-    def policy_params(self, trained, frozen) -> dict:
-        """The policy's params in ``cfg.dtype``: adapters merged into the base, or the master copy cast."""
-        return lm_policy.policy_params(trained, frozen, self.model, self.cfg.jnp_dtype)
-
-    def optimizer(self, learning_rate, max_grad_norm):
-        return adamw(learning_rate, max_grad_norm, self.lm.weight_decay, self.lm.adam_beta2)
-
-    def learning_rate(self, lr, update_idx):
-        return lm_policy.learning_rate(lr, update_idx, self.lm.warmup_updates, self.algo.anneal_lr,
-                                       self.num_updates)
 
     # ------------------------------------------------------------------ sampling (compiled)
     def sample(self, state: LMState, frozen, prompt_tokens, prompt_mask, key):

@@ -37,7 +37,7 @@ from purejaxrl_opt import lm_policy, losses
 from purejaxrl_opt.lm_config import LMTrainConfig, ModelConfig, PPOLMConfig
 from purejaxrl_opt.lm_policy import Batch, completion_log_probs, micro_reduce
 from purejaxrl_opt.models import causal_lm, sampling
-from purejaxrl_opt.optim import adamw, minibatch_epochs
+from purejaxrl_opt.optim import minibatch_epochs
 from purejaxrl_opt.rollout import gae
 
 DIAGNOSTICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac")
@@ -90,7 +90,7 @@ def token_advantages(rewards, values, mask, gamma, gae_lambda):
 
 
 @dataclass(frozen=True)
-class LMPPO:
+class LMPPO(lm_policy.LMTrainer):
     """The compiled pieces of PPO on a causal LM for fixed shapes (prompt length ``P``, ``T`` new tokens,
     ``num_prompts x G`` completions). ``frozen``: the base under LoRA, the reference copy in full
     fine-tuning with ``kl_coef > 0``, else None (an argument, never a closure constant)."""
@@ -116,17 +116,6 @@ class LMPPO:
         policy, frozen = lm_policy.init_trained(params, self.model, self.algo.kl_coef > 0, self.cfg.jnp_dtype, key)
         trained = {"policy": policy, "value": init_value_model(params)}
         return PPOLMState(trained, self.optimizer(0.0, 0.0).init(trained), jnp.int32(0)), frozen
-
-    def policy_params(self, trained, frozen) -> dict:
-        """The policy's params in ``cfg.dtype`` from ``state.trained["policy"]``."""
-        return lm_policy.policy_params(trained, frozen, self.model, self.cfg.jnp_dtype)
-
-    def optimizer(self, learning_rate, max_grad_norm):
-        return adamw(learning_rate, max_grad_norm, self.lm.weight_decay, self.lm.adam_beta2)
-
-    def learning_rate(self, lr, update_idx):
-        return lm_policy.learning_rate(lr, update_idx, self.lm.warmup_updates, self.algo.anneal_lr,
-                                       self.num_updates)
 
     def sample(self, state: PPOLMState, frozen, prompt_tokens, prompt_mask, key):
         """``G`` completions of each prompt ``[num_prompts, P]``: ``(completions int32 [B, T], lengths
