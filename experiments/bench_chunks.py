@@ -4,7 +4,7 @@
 
 The CLI runs training as ``progress.chunks`` jitted calls of ``run_updates`` (traced bounds: one
 compile serves every chunk), and reads each chunk's metrics back to the host for its progress report
-and W&B rows while the next chunk runs (:func:`purejaxrl_opt.runner.train_lanes`). This benchmark
+and W&B rows while the next chunk runs (:func:`purejaxrl_opt.host.runner.train_lanes`). This benchmark
 compiles PPO on CartPole-v1 (the shipped config) once, with the CLI's device layout, and times ``train_lanes`` with every chunk
 count, the counts interleaved and counterbalanced per repeat (1, 10, 40, then 40, 10, 1, ...) so that a
 shared machine's load and any drift within a repeat fall on all of them alike; with more than one chunk a no-op ``on_chunk`` makes the runner read every
@@ -44,8 +44,9 @@ def main(argv=None) -> int:
     import jax
     import numpy as np
     from bench_logging import compose
-    from purejaxrl_opt import algos, parallel, runner, sweep
-    from purejaxrl_opt.config import parse_settings
+    from purejaxrl_opt.core import algos
+    from purejaxrl_opt.host import parallel, runner, sweep
+    from purejaxrl_opt.host.settings import parse_settings
 
     overrides = ["algo=ppo", "env=CartPole-v1", f"num_seeds={args.seeds}",
                  f"total_timesteps={args.total_timesteps}", "logger=none"]

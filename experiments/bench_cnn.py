@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from purejaxrl_opt.xla_flags import set_default_xla_flags  # noqa: E402  (before JAX starts its backend)
+from purejaxrl_opt.host.xla_flags import set_default_xla_flags  # noqa: E402  (before JAX starts its backend)
 
 set_default_xla_flags()
 
@@ -40,10 +40,11 @@ import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from purejaxrl_opt import algos, networks  # noqa: E402
-from purejaxrl_opt.config import ALGO_CONFIGS, EnvConfig, NetworkConfig, RunConfig  # noqa: E402
-from purejaxrl_opt.runner import Compiled, train_lanes  # noqa: E402
-from purejaxrl_opt.sweep import lane_inputs  # noqa: E402
+from purejaxrl_opt.core import algos
+from purejaxrl_opt.core.models import networks  # noqa: E402
+from purejaxrl_opt.config.schema import ALGO_CONFIGS, EnvConfig, NetworkConfig, RunConfig  # noqa: E402
+from purejaxrl_opt.host.runner import Compiled, train_lanes  # noqa: E402
+from purejaxrl_opt.host.sweep import lane_inputs  # noqa: E402
 
 VARIANTS = {"conv": (16,), "mlp": (), "conv_nn": (16,)}
 

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from purejaxrl_opt.transformer import CausalTransformer, decode, init_params, prefill
+from purejaxrl_opt.core.models.transformer import CausalTransformer, decode, init_params, prefill
 
 DEFAULT_CASES = [(512, 6, 4, 10), (512, 16, 16, 32)]
 

@@ -28,8 +28,8 @@ OUT = ROOT / "experiments" / "results" / "bench_devices.json"
 def worker(mode: str, devices: int, timesteps: int) -> dict:
     import jax
 
-    from purejaxrl_opt import parallel, runner
-    from purejaxrl_opt.config import EnvConfig, PPOConfig, RunConfig
+    from purejaxrl_opt.host import parallel, runner
+    from purejaxrl_opt.config.schema import EnvConfig, PPOConfig, RunConfig
 
     if mode == "lanes":  # 8 independent agents, split over the devices
         run = RunConfig(algo=PPOConfig(num_envs=8, num_steps=128), env=EnvConfig(id="CartPole-v1"),

@@ -44,8 +44,9 @@ def main(argv=None) -> int:
     import jax
     import jax.numpy as jnp
     from bench_logging import compose
-    from purejaxrl_opt import algos, parallel, runner, sweep
-    from purejaxrl_opt.config import parse_settings
+    from purejaxrl_opt.core import algos
+    from purejaxrl_opt.host import parallel, runner, sweep
+    from purejaxrl_opt.host.settings import parse_settings
 
     overrides = ["algo=ppo", "env=CartPole-v1", f"num_seeds={args.seeds}", "logger=none"]
     run = parse_settings(compose(overrides)).run

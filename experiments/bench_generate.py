@@ -35,9 +35,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from provenance import stamp  # noqa: E402
 
-from purejaxrl_opt.lm import load  # noqa: E402
-from purejaxrl_opt.models import causal_lm  # noqa: E402
-from purejaxrl_opt.models.sampling import SamplingConfig, generate  # noqa: E402
+from purejaxrl_opt.host.lm import load  # noqa: E402
+from purejaxrl_opt.core.models import causal_lm  # noqa: E402
+from purejaxrl_opt.core.models.sampling import SamplingConfig, generate  # noqa: E402
 
 TEXT = ("Proximal policy optimisation keeps each update close to the policy that collected the data, "
         "by clipping the probability ratio of the new and old policies. Group relative policy "

@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from purejaxrl_opt.xla_flags import set_default_xla_flags  # noqa: E402  (before JAX starts)
+from purejaxrl_opt.host.xla_flags import set_default_xla_flags  # noqa: E402  (before JAX starts)
 
 set_default_xla_flags()
 sys.path.insert(0, str(ROOT / "experiments"))
@@ -50,7 +50,7 @@ def main() -> None:
 
     import jax
 
-    from purejaxrl_opt import runner
+    from purejaxrl_opt.host import runner
 
     results = {}
     for algo in args.algos:

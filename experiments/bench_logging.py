@@ -3,7 +3,7 @@
     python experiments/bench_logging.py --seeds 4 --total-timesteps 500000 --chunks 10 --repeats 3
 
 One small but real run (PPO on CartPole-v1, the shipped config) is executed with
-:func:`purejaxrl_opt.runner.execute` in this process, ``--repeats`` times per mode, the modes
+:func:`purejaxrl_opt.host.runner.execute` in this process, ``--repeats`` times per mode, the modes
 interleaved (off, console, wandb, off, console, ...) so that the load of a shared machine falls on
 all of them alike:
 
@@ -93,8 +93,8 @@ def cpu_seconds() -> tuple[float, float]:
 
 
 def run_once(mode: str, base: list[str], out_dir: Path) -> dict:
-    from purejaxrl_opt import loggers, runner
-    from purejaxrl_opt.config import parse_settings
+    from purejaxrl_opt.host import loggers, runner
+    from purejaxrl_opt.host.settings import parse_settings
 
     settings = parse_settings(compose(base + MODES[mode]))
     own_before, children_before = cpu_seconds()

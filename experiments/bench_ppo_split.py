@@ -58,7 +58,8 @@ def pieces(algo, stage, state, hparams):
     import jax
     import jax.numpy as jnp
 
-    from purejaxrl_opt import envs, rollout
+    from purejaxrl_opt import envs
+    from purejaxrl_opt.core.stages import rollout
 
     run, cfg = algo.run, algo.run.algo
     env, env_params, spec = algo.env, algo.env_params, algo.spec
@@ -107,9 +108,9 @@ def main(argv=None) -> int:
     import jax
 
     from bench_logging import compose
-    from purejaxrl_opt import algos
-    from purejaxrl_opt.actor_critic import make_stage
-    from purejaxrl_opt.config import parse_settings
+    from purejaxrl_opt.core import algos
+    from purejaxrl_opt.core.stages.actor_critic import make_stage
+    from purejaxrl_opt.host.settings import parse_settings
 
     overrides = ["algo=ppo", "logger=none", *args.set]
     run = parse_settings(compose(overrides)).run

@@ -24,9 +24,9 @@ import jax
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package, not an installed one
 
-from purejaxrl_opt import algos  # noqa: E402
-from purejaxrl_opt.algos.base import init_loop, run_updates  # noqa: E402
-from purejaxrl_opt.config import EnvConfig, NetworkConfig, PPOConfig, RunConfig  # noqa: E402
+from purejaxrl_opt.core import algos  # noqa: E402
+from purejaxrl_opt.core.algos.base import init_loop, run_updates  # noqa: E402
+from purejaxrl_opt.config.schema import EnvConfig, NetworkConfig, PPOConfig, RunConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

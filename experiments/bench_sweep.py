@@ -30,10 +30,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from purejaxrl_opt import algos, checkpoint, sweep
-from purejaxrl_opt.config import ALGO_CONFIGS, EnvConfig, RunConfig, with_overrides
-from purejaxrl_opt.loggers import Console
-from purejaxrl_opt.runner import Compiled, loop_shape, train_lanes
+from purejaxrl_opt.core import algos
+from purejaxrl_opt.formats import checkpoint
+from purejaxrl_opt.host import sweep
+from purejaxrl_opt.config.schema import ALGO_CONFIGS, EnvConfig, RunConfig, with_overrides
+from purejaxrl_opt.host.loggers import Console
+from purejaxrl_opt.host.runner import Compiled, loop_shape, train_lanes
 
 
 def _run_seconds(run: RunConfig, plan) -> tuple[float, float, np.ndarray]:

@@ -43,18 +43,20 @@ def _host_devices_from_argv() -> None:
 
 _host_devices_from_argv()
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from purejaxrl_opt.xla_flags import set_default_xla_flags  # noqa: E402  (before JAX starts)
+from purejaxrl_opt.host.xla_flags import set_default_xla_flags  # noqa: E402  (before JAX starts)
 
 set_default_xla_flags()  # the CLI's flags: opt level 1, one host device per core
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from purejaxrl_opt import algos, envs, rollout  # noqa: E402
-from purejaxrl_opt.algos.base import init_loop, run_updates  # noqa: E402
-from purejaxrl_opt.config import ALGO_CONFIGS, EnvConfig, RunConfig  # noqa: E402
-from purejaxrl_opt.networks import Critic  # noqa: E402
-from purejaxrl_opt.sweep import lane_inputs, lane_keys  # noqa: E402
+from purejaxrl_opt.core import algos
+from purejaxrl_opt import envs
+from purejaxrl_opt.core.stages import rollout  # noqa: E402
+from purejaxrl_opt.core.algos.base import init_loop, run_updates  # noqa: E402
+from purejaxrl_opt.config.schema import ALGO_CONFIGS, EnvConfig, RunConfig  # noqa: E402
+from purejaxrl_opt.core.models.networks import Critic  # noqa: E402
+from purejaxrl_opt.host.sweep import lane_inputs, lane_keys  # noqa: E402
 
 
 class SelfTimed:
@@ -93,7 +95,7 @@ def _batch_checksum(batch) -> jnp.ndarray:
 def _sharded_train(run: RunConfig, env_tuple, keys, layout, data_algo=None):
     """The runner's compiled functions for ``layout`` (shard_map over its mesh), initialised; returns
     (a blocking callable that trains every update and returns the env steps it ran, compile seconds)."""
-    from purejaxrl_opt.runner import Compiled
+    from purejaxrl_opt.host.runner import Compiled
 
     algo = algos.make_algorithm(run, env_tuple)
     hparams = lane_inputs(dataclasses.replace(run, num_seeds=keys.shape[0]))[1]
@@ -112,7 +114,7 @@ def data_parallel_fn(run: RunConfig, env_tuple, keys, data: int):
     """A blocking callable that trains one agent data parallel over ``data`` local devices (the
     runner's shard_map path: envs split over the devices, gradients pmean-ed every minibatch) and
     returns the env steps it ran; and its compile seconds."""
-    from purejaxrl_opt import parallel
+    from purejaxrl_opt.host import parallel
 
     layout = parallel.make_layout(parallel.ParallelSettings(lanes="off", data=data), run, keys.shape[0],
                                   devices=jax.local_devices()[:data])
@@ -124,7 +126,7 @@ def lanes_fn(run: RunConfig, env_tuple, keys):
     """A blocking callable that trains the lanes as the CLI lays them out (``parallel.lanes=auto``:
     equal lane blocks over the local devices, one per core on a CPU host), or None when that layout
     is one device. Returns (callable, compile seconds, lane blocks)."""
-    from purejaxrl_opt import parallel
+    from purejaxrl_opt.host import parallel
 
     layout = parallel.make_layout(parallel.ParallelSettings(), run, keys.shape[0])
     if not layout.active:
@@ -296,8 +298,8 @@ def _cli_rate(env_id: str, num_envs: int, num_steps: int, num_updates: int, lane
     final checkpoint); its own ``env_steps_per_second``."""
     import tempfile
 
-    from purejaxrl_opt import loggers, runner
-    from purejaxrl_opt.config import CheckpointConfig
+    from purejaxrl_opt.host import loggers, runner
+    from purejaxrl_opt.config.schema import CheckpointConfig
 
     run = RunConfig(algo=ALGO_CONFIGS["ppo"](num_envs=num_envs, num_steps=num_steps),
                     env=EnvConfig(id=env_id), num_seeds=lanes,

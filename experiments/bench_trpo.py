@@ -36,11 +36,13 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from purejaxrl_opt import algos, envs, losses, natural_gradient, rollout
-from purejaxrl_opt.algos import trpo
-from purejaxrl_opt.algos.base import init_loop, run_updates
-from purejaxrl_opt.config import EnvConfig, PPOConfig, RunConfig, TRPOConfig
-from purejaxrl_opt.sweep import lane_inputs
+from purejaxrl_opt.core import algos
+from purejaxrl_opt import envs
+from purejaxrl_opt.core.stages import losses, natural_gradient, rollout
+from purejaxrl_opt.core.algos import trpo
+from purejaxrl_opt.core.algos.base import init_loop, run_updates
+from purejaxrl_opt.config.schema import EnvConfig, PPOConfig, RunConfig, TRPOConfig
+from purejaxrl_opt.host.sweep import lane_inputs
 
 
 def _time(fn, repeats: int) -> float:

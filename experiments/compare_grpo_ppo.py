@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from purejaxrl_opt.xla_flags import set_default_xla_flags  # noqa: E402  (before JAX starts)
+from purejaxrl_opt.host.xla_flags import set_default_xla_flags  # noqa: E402  (before JAX starts)
 
 set_default_xla_flags()
 VARIANTS = {  # label -> CLI overrides
@@ -49,7 +49,7 @@ THRESHOLD = {"CartPole-v1": 400.0, "Acrobot-v1": -150.0}  # training return for 
 def compose(overrides: list[str]):
     from hydra import compose as hydra_compose, initialize_config_dir
 
-    from purejaxrl_opt.config import from_dictconfig
+    from purejaxrl_opt.config.schema import from_dictconfig
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         return from_dictconfig(hydra_compose(config_name="config", overrides=overrides))
@@ -88,7 +88,7 @@ def main() -> None:
     seeds = args.seeds or (8 if args.full else 2 if args.quick else 4)
     budgets = {k: v // 2 for k, v in BUDGET.items()} if args.quick else BUDGET
 
-    from purejaxrl_opt import runner
+    from purejaxrl_opt.host import runner
 
     args.out.mkdir(parents=True, exist_ok=True)
     rows, curves = [], {}

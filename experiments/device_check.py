@@ -5,7 +5,7 @@ craftax/Craftax-Symbolic-v1, written to one JSON. Run through ``experiments/devi
 A *lane* is one independent agent (a seed): ``num_seeds`` lanes train as one compiled program, vmapped
 (bench_throughput.py's ``ENVSxLANES`` shapes, here with a fixed small ``num_envs`` per lane), laid out
 on the devices as the CLI does (``parallel.lanes=auto``). Each measurement: compile the runner's
-functions (:class:`purejaxrl_opt.runner.Compiled`), one warm-up update, then ``updates`` timed
+functions (:class:`purejaxrl_opt.host.runner.Compiled`), one warm-up update, then ``updates`` timed
 updates; env steps/s counts every lane's real env steps (the loop's own ``env_steps`` counter).
 
 Order and budget: every (env, algo) at 1 and 1024 lanes first, then at 32 and 8, so a budget cut
@@ -32,14 +32,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
-from purejaxrl_opt.xla_flags import set_default_xla_flags  # noqa: E402  (before JAX starts)
+from purejaxrl_opt.host.xla_flags import set_default_xla_flags  # noqa: E402  (before JAX starts)
 
 set_default_xla_flags()  # the CLI's defaults: on a CPU, one host device per core; none on GPU/TPU
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from purejaxrl_opt.implementations import CONV_IMPLS  # noqa: E402
+from purejaxrl_opt.config.implementations import CONV_IMPLS  # noqa: E402
 
 ENVS = ("CartPole-v1", "Breakout-MinAtar", "playground/CartpoleBalance", "craftax/Craftax-Symbolic-v1")
 ALGOS = ("ppo", "trpo", "grpo")
@@ -69,7 +69,7 @@ def plan(small: bool, env_ids=ENVS, algo_names=ALGOS, lanes=None) -> list[tuple[
 
 
 def run_config(env_id: str, algo: str, lanes: int, updates: int, small: bool, conv_impl: str = "auto"):
-    from purejaxrl_opt.config import ALGO_CONFIGS, EnvConfig, NetworkConfig, RunConfig
+    from purejaxrl_opt.config.schema import ALGO_CONFIGS, EnvConfig, NetworkConfig, RunConfig
 
     shape = shapes(env_id, small)
     if algo == "grpo":
@@ -88,9 +88,10 @@ def run_config(env_id: str, algo: str, lanes: int, updates: int, small: bool, co
 
 def measure(env_id: str, algo_name: str, lanes: int, updates: int, small: bool, env_cache: dict,
             conv_impl: str = "auto") -> dict:
-    from purejaxrl_opt import algos, parallel
-    from purejaxrl_opt.runner import Compiled
-    from purejaxrl_opt.sweep import lane_inputs
+    from purejaxrl_opt.core import algos
+    from purejaxrl_opt.host import parallel
+    from purejaxrl_opt.host.runner import Compiled
+    from purejaxrl_opt.host.sweep import lane_inputs
 
     run = run_config(env_id, algo_name, lanes, updates, small, conv_impl)
     if env_id not in env_cache:
@@ -142,7 +143,7 @@ def main() -> None:
     parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=ENVS)
     parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
     parser.add_argument("--conv-impl", default="auto", choices=CONV_IMPLS,
-                        help="network.conv_impl for the conv torso (MinAtar); purejaxrl_opt/implementations.py "
+                        help="network.conv_impl for the conv torso (MinAtar); purejaxrl_opt/config/implementations.py "
                         "says what auto picks per backend")
     parser.add_argument("--lanes", nargs="+", type=int, default=None,
                         help="measure these lane counts only, in this order (default: 1 and 1024, then 32 and 8)")
@@ -152,7 +153,7 @@ def main() -> None:
     updates = args.updates or (1 if args.small else 3)
     from provenance import stamp
 
-    from purejaxrl_opt import implementations
+    from purejaxrl_opt.config import implementations
 
     devices = jax.devices()
     payload = {**stamp(), "small": args.small, "budget_s": args.budget_s, "updates_timed": updates,

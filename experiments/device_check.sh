@@ -22,8 +22,8 @@
 # `pip install --no-index --no-deps --target /tmp/site`, and run with PYTHONPATH=/tmp/site
 # DEVICE_CHECK_PYTHON=python3 (the Playground adapter sets MUJOCO_GL=disable where there is no libEGL).
 # On a GPU/TPU the CLI's CPU defaults are off by themselves: no host-device-per-core XLA flag
-# (purejaxrl_opt/xla_flags.py), network.recurrent_grad=auto -> autodiff, network.conv_impl=auto -> patch
-# on GPU (measured 5.0x lax.conv on MinAtar at 1,024 lanes), lax on TPU (purejaxrl_opt/implementations.py);
+# (purejaxrl_opt/host/xla_flags.py), network.recurrent_grad=auto -> autodiff, network.conv_impl=auto -> patch
+# on GPU (measured 5.0x lax.conv on MinAtar at 1,024 lanes), lax on TPU (purejaxrl_opt/config/implementations.py);
 # the JSON records which ran.
 set -euo pipefail
 cd "$(dirname "$0")/.."

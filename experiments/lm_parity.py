@@ -51,9 +51,9 @@ def main() -> None:
     import jax
     import jax.numpy as jnp
 
-    from purejaxrl_opt.lm import load
-    from purejaxrl_opt.models import causal_lm
-    from purejaxrl_opt.models.sampling import generate
+    from purejaxrl_opt.host.lm import load
+    from purejaxrl_opt.core.models import causal_lm
+    from purejaxrl_opt.core.models.sampling import generate
 
     ref = np.load(args.reference)
     lm = load(shipped_gguf())

@@ -28,9 +28,11 @@ def measure(algo_name: str, env_id: str, d_model: int) -> dict:
     import jax.numpy as jnp
     from hydra import compose, initialize_config_dir
 
-    from purejaxrl_opt import algos, config, sweep
-    from purejaxrl_opt.algos.base import run_updates
-    from purejaxrl_opt.runner import loop_shape
+    from purejaxrl_opt.core import algos
+    from purejaxrl_opt.config.schema import schema as config
+    from purejaxrl_opt.host import sweep
+    from purejaxrl_opt.core.algos.base import run_updates
+    from purejaxrl_opt.host.runner import loop_shape
 
     conf_dir = str(Path(__file__).resolve().parents[1] / "conf")
     with initialize_config_dir(conf_dir, version_base=None):

@@ -21,9 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from purejaxrl_opt import envs
-from purejaxrl_opt.distributions import Categorical
-from purejaxrl_opt.evaluation import play_episodes
-from purejaxrl_opt.networks import masked
+from purejaxrl_opt.core.models.distributions import Categorical
+from purejaxrl_opt.core.stages.evaluation import play_episodes
+from purejaxrl_opt.core.models.networks import masked
 
 
 def random_returns(env_id: str, params: dict, episodes: int, seed: int, use_mask: bool) -> np.ndarray:

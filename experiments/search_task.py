@@ -78,7 +78,7 @@ def main() -> None:
         if not (run_dir / "summary.json").exists():
             timings[f"heldout_{name}_seconds"] = round(cli(heldout + overrides + [f"hydra.run.dir={run_dir}"]), 1)
 
-    from purejaxrl_opt import stats
+    from purejaxrl_opt.host import stats
 
     summaries = {name: json.loads((out / f"heldout_{name}" / "summary.json").read_text()) for name in runs}
     scores = {name: np.asarray(s["final_return_per_seed"]) for name, s in summaries.items()}

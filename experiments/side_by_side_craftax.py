@@ -5,7 +5,7 @@ unmodified in its own process with the installed ``craftax`` package: ``python p
 --num_envs 64 --total_timesteps T --seed S --num_repeats 1 --save_policy`` with W&B offline
 (``WANDB_MODE=offline``): its only record of training is what it logs to W&B (per update, over the
 episodes that ended in that update: return, length, each achievement's success rate in %), read back
-from the offline log with :func:`purejaxrl_opt.loggers.read_wandb_history`. Ours is the train CLI with
+from the offline log with :func:`purejaxrl_opt.host.loggers.read_wandb_history`. Ours is the train CLI with
 ``conf/tuned/ppo_craftax/Craftax-Classic-Symbolic-v1.yaml`` (their defaults at 64 envs).
 
 Both final policies are then evaluated by the same code (:func:`achievement_eval`): ``--episodes``
@@ -278,7 +278,7 @@ def eval_peer(run_dir: Path, baselines: str, episodes: int, limit: int, seed: in
 
 # ----------------------------------------------------------------------------------------- training logs
 def _peer_rows(run_dir: Path) -> list[dict]:
-    from purejaxrl_opt.loggers import read_wandb_history
+    from purejaxrl_opt.host.loggers import read_wandb_history
 
     logs = sorted(glob.glob(str(run_dir / "wandb" / "offline-run-*" / "run-*.wandb")))
     rows = read_wandb_history(logs[-1])
@@ -468,7 +468,7 @@ def main() -> None:
     elif args.what == "ours":
         run_ours(args)
     else:
-        from purejaxrl_opt.xla_flags import set_default_xla_flags
+        from purejaxrl_opt.host.xla_flags import set_default_xla_flags
 
         set_default_xla_flags()
         if args.what == "eval":

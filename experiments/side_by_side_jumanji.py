@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 
 import provenance  # noqa: E402
 
-from purejaxrl_opt import stats  # noqa: E402
+from purejaxrl_opt.host import stats  # noqa: E402
 
 # jumanji.training's config name -> (registered id, our env id)
 ENVS = {"snake": ("Snake-v1", "jumanji/Snake-v1"), "game_2048": ("Game2048-v1", "jumanji/Game2048-v1"),

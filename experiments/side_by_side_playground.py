@@ -241,7 +241,7 @@ def report_main(args) -> None:
     import numpy as np
 
     from provenance import stamp
-    from purejaxrl_opt import stats
+    from purejaxrl_opt.host import stats
 
     out = Path(args.out)
     tasks = sorted(p.name for p in out.iterdir() if p.is_dir() and any(p.glob("*.json")))

@@ -16,7 +16,7 @@ dir:
 
 * ``table.md`` / ``table.csv``: per entry the IQM, mean and median over seeds of the final returns
   (``summary.json``'s ``final_return_per_seed``: each seed's mean over ``eval_episodes`` episodes)
-  with 95% bootstrap CIs (:mod:`purejaxrl_opt.stats`), the reference number and its source, compile
+  with 95% bootstrap CIs (:mod:`purejaxrl_opt.host.stats`), the reference number and its source, compile
   s, run s, env steps/s, and the machine (CPU model, cores, device, jax version);
 * ``learning_curves.png``: one panel per env, per entry the IQM over seeds of the training return
   against env steps with a 95% CI band;
@@ -48,8 +48,8 @@ import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-from purejaxrl_opt import artifacts  # noqa: E402
-from purejaxrl_opt.config import ConfigError, from_dictconfig  # noqa: E402
+from purejaxrl_opt.host import artifacts  # noqa: E402
+from purejaxrl_opt.config.schema import ConfigError, from_dictconfig  # noqa: E402
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 SUITE_DIR = CONF_DIR / "benchmark"
@@ -267,7 +267,7 @@ def check_entry(entry: Entry, cfg: DictConfig) -> None:
 def machine() -> dict:
     import jax
 
-    from purejaxrl_opt.artifacts import describe_device
+    from purejaxrl_opt.host.artifacts import describe_device
 
     cpu = platform.processor() or platform.machine()
     try:
@@ -303,7 +303,7 @@ def name_seed(seed: int, *names: str) -> int:
 
 
 def entry_statistics(returns: list[float], reps: int, level: float, seed: int) -> dict:
-    from purejaxrl_opt import stats
+    from purejaxrl_opt.host import stats
 
     out = {}
     for name in ("iqm", "mean", "median"):
@@ -319,7 +319,7 @@ def learning_curve(metrics: dict | None, reps: int, level: float, seed: int) -> 
     seed has finished an episode are left out; at most ``CURVE_POINTS`` points are plotted."""
     import numpy as np
 
-    from purejaxrl_opt import report, stats
+    from purejaxrl_opt.host import report, stats
 
     if not metrics or CURVE_METRIC not in metrics:
         return None
@@ -344,7 +344,7 @@ def improvement_pairs(results: list[dict], reps: int, level: float, seed: int) -
     tasks, runs resampled within each task)."""
     import numpy as np
 
-    from purejaxrl_opt import stats
+    from purejaxrl_opt.host import stats
 
     done = [r for r in results if r.get("final_returns")]
     rows = []
@@ -525,7 +525,7 @@ def plot_improvement(path: Path, pairs: list[dict], level: float) -> None:
 
 
 def _print(text: str) -> None:
-    from purejaxrl_opt.progress import write
+    from purejaxrl_opt.host.progress import write
 
     write(f"[benchmark] {text}")  # above the suite's progress bar, if one is drawn
 
@@ -558,7 +558,7 @@ def run_suite(suite: Suite, out_dir: str | os.PathLike, train_overrides: list[st
               seed: int = 0, command: str = "") -> dict:
     """Train every entry (after composing and validating all of them), then write the tables and
     plots into ``out_dir``; returns the results (also written to ``results.json``)."""
-    from purejaxrl_opt import report
+    from purejaxrl_opt.host import report
 
     out_dir = Path(out_dir)
     configs = []
@@ -571,7 +571,7 @@ def run_suite(suite: Suite, out_dir: str | os.PathLike, train_overrides: list[st
     _print(f"suite {suite.name!r}: {len(suite.entries)} entries -> {out_dir}")
     _print(f"machine: {describe_machine(info)}")
     results = []
-    from purejaxrl_opt.progress import Bar
+    from purejaxrl_opt.host.progress import Bar
 
     # on a terminal: the suite's env steps (every entry's budget) done, rate and time left, above
     # each entry's training bar

@@ -37,9 +37,11 @@ NEEDS_PYGAME = ("Acrobot-v1", "CartPole-v1", "Pendulum-v1", "MountainCar-v0", "M
 def load(run_dir: str | Path, step: int | None = None, episodes: int | None = None,
          deterministic: bool | None = None):
     """``(run, algo, plan, lanes, loop, step)`` of a run dir's checkpoint (host arrays)."""
-    from purejaxrl_opt import algos, checkpoint, sweep
-    from purejaxrl_opt.config import from_dictconfig
-    from purejaxrl_opt.runner import loop_shape
+    from purejaxrl_opt.core import algos
+    from purejaxrl_opt.formats import checkpoint
+    from purejaxrl_opt.host import sweep
+    from purejaxrl_opt.config.schema import from_dictconfig
+    from purejaxrl_opt.host.runner import loop_shape
 
     step, manifest = checkpoint.read_manifest(run_dir, step)
     config = {**manifest["fingerprint"]["config"], **manifest.get("evaluation", {})}
@@ -59,11 +61,11 @@ def load(run_dir: str | Path, step: int | None = None, episodes: int | None = No
 
 def evaluate_returns(algo, loop):
     """``[lanes, eval_episodes]`` returns of every lane's policy (jitted, vmapped over lanes): the
-    training run's final evaluation (:func:`purejaxrl_opt.evaluation.final_returns`)."""
+    training run's final evaluation (:func:`purejaxrl_opt.core.stages.evaluation.final_returns`)."""
     import jax
     import numpy as np
 
-    from purejaxrl_opt import evaluation
+    from purejaxrl_opt.core.stages import evaluation
 
     return np.asarray(jax.jit(jax.vmap(partial(evaluation.final_returns, algo)))(loop))
 
@@ -75,13 +77,13 @@ def play_episode(algo, loop, lane: int, deterministic: bool = True, chunk: int =
     """Host (numpy) states and cumulative rewards of one episode of ``lane``'s policy, for rendering.
 
     Played in compiled chunks of ``chunk`` steps until the episode ends (or the env's limit,
-    :func:`purejaxrl_opt.evaluation.episode_limit`): the states of the whole limit at once do not fit
+    :func:`purejaxrl_opt.core.stages.evaluation.episode_limit`): the states of the whole limit at once do not fit
     in memory on long-episode envs (full Craftax: 100,000 steps of a 9-level world). The numbers are
     those of one scan over the limit (the same keys, step by step)."""
     import jax
     import numpy as np
 
-    from purejaxrl_opt import evaluation
+    from purejaxrl_opt.core.stages import evaluation
 
     state = jax.tree_util.tree_map(lambda x: x[lane], loop.algo_state)
     key = jax.random.fold_in(loop.eval_key[lane], 7)
@@ -105,7 +107,7 @@ def play_episode(algo, loop, lane: int, deterministic: bool = True, chunk: int =
 
 def _frames(render, states) -> list:
     """``render(state)`` of every state, with a progress bar of the frames on a terminal."""
-    from purejaxrl_opt.progress import Bar
+    from purejaxrl_opt.host.progress import Bar
 
     frames = []
     with Bar(len(states), unit="frames", desc="rendering") as bar:
@@ -223,11 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.episodes is not None and args.episodes < 1:
         parser.error("--episodes must be >= 1")
 
-    from purejaxrl_opt.xla_flags import set_default_xla_flags
+    from purejaxrl_opt.host.xla_flags import set_default_xla_flags
 
     set_default_xla_flags()  # the same XLA flags as training, before JAX starts
-    from purejaxrl_opt.checkpoint import CheckpointError
-    from purejaxrl_opt.config import ConfigError
+    from purejaxrl_opt.formats.checkpoint import CheckpointError
+    from purejaxrl_opt.config.schema import ConfigError
 
     deterministic = False if args.stochastic else None
     try:
@@ -272,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _log_to_wandb(run_dir, result: dict, gif, lane: int) -> int:
     """The returns (and the GIF) into the run's W&B run, if it has one; 1 when W&B fails."""
-    from purejaxrl_opt import loggers
+    from purejaxrl_opt.host import loggers
 
     summary = {"evaluate/checkpoint_update": result["checkpoint_update"],
                "evaluate/episodes": result["episodes"], "evaluate/deterministic": result["deterministic"],

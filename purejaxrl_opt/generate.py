@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from purejaxrl_opt.config import ConfigError, _coerce, build_section, non_negative, one_of, positive
+from purejaxrl_opt.config.schema import ConfigError, _coerce, build_section, non_negative, one_of, positive
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def config_from_hydra(cfg) -> tuple[ModelSection, GenerateConfig, list[str]]:
 
 
 def run(model_section: ModelSection, options: GenerateConfig, prompts: list[str]) -> list[str]:
-    from purejaxrl_opt.lm import load
+    from purejaxrl_opt.host.lm import load
 
     start = time.perf_counter()
     lm = load(model_section.path, dtype=model_section.dtype)
@@ -114,7 +114,7 @@ def _main():
 
 
 if __name__ == "__main__":
-    from purejaxrl_opt.xla_flags import set_default_xla_flags
+    from purejaxrl_opt.host.xla_flags import set_default_xla_flags
 
     set_default_xla_flags()
 

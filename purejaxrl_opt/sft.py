@@ -23,10 +23,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from purejaxrl_opt.config import (ConfigError, EnvConfig, NetworkConfig, build_section, non_negative,
+from purejaxrl_opt.config.schema import (ConfigError, EnvConfig, NetworkConfig, build_section, non_negative,
                                   one_of, positive)
 # the checkpoint format lives with the models (RL runs load it with init_from)
-from purejaxrl_opt.pretrained import CHECKPOINT_KIND, NETWORK_KEYS, load_policy, save_checkpoint  # noqa: F401
+from purejaxrl_opt.core.models.pretrained import CHECKPOINT_KIND, NETWORK_KEYS, load_policy, save_checkpoint  # noqa: F401
 
 @dataclass(frozen=True)
 class SFTConfig:
@@ -236,7 +236,7 @@ def train_blocks(init, blocks, key, num_blocks: int, num_chunks: int = 1, on_chu
     import jax
     import jax.numpy as jnp
 
-    from purejaxrl_opt.runner import chunk_stops
+    from purejaxrl_opt.host.runner import chunk_stops
 
     start = time.perf_counter()
     init_compiled = jax.jit(init).lower(key).compile()
@@ -266,10 +266,11 @@ def run_sft(env_cfg: EnvConfig, net: NetworkConfig, cfg: SFTConfig, seed: int, o
     import jax
     import numpy as np
 
-    from purejaxrl_opt import envs, rollout
-    from purejaxrl_opt.distributions import Categorical
-    from purejaxrl_opt.policies import make_policy
-    from purejaxrl_opt.artifacts import write_json_atomic
+    from purejaxrl_opt import envs
+    from purejaxrl_opt.core.stages import rollout
+    from purejaxrl_opt.core.models.distributions import Categorical
+    from purejaxrl_opt.core.models.policies import make_policy
+    from purejaxrl_opt.host.artifacts import write_json_atomic
 
     cfg.validate()
     env_cfg.validate("env")
@@ -292,7 +293,7 @@ def run_sft(env_cfg: EnvConfig, net: NetworkConfig, cfg: SFTConfig, seed: int, o
         f"{cfg.batch_size} | device {jax.devices()[0].platform}")
     init, blocks = make_sft_train(policy, prompts, actions, answer_len, cfg, log_every)
     num_blocks = cfg.steps // log_every
-    from purejaxrl_opt.progress import Bar, is_terminal
+    from purejaxrl_opt.host.progress import Bar, is_terminal
 
     show = is_terminal() if progress is None else progress
     bars = []  # made at the first report, its clock set to when training started (after compiling)
@@ -387,7 +388,7 @@ def _main():
 
 
 if __name__ == "__main__":
-    from purejaxrl_opt.xla_flags import set_default_xla_flags
+    from purejaxrl_opt.host.xla_flags import set_default_xla_flags
 
     set_default_xla_flags()
 

@@ -16,11 +16,11 @@ recorded config stays the original run's). Errors in the input (the config, a ru
 another run or that cannot be written, a mismatching or corrupt checkpoint) stop the run with one line
 on stderr (exit status 2) before anything is compiled or written: Hydra writes nothing itself
 (``hydra.output_subdir: null``, no log file), the config is recorded once the run has been validated
-and holds the directory (purejaxrl_opt/rundir.py), and a run directory the refused run created is
+and holds the directory (purejaxrl_opt/host/rundir.py), and a run directory the refused run created is
 removed again. A checkpoint that cannot be written ends the process at once (exit status 1, one line;
 the results written so far stay, see runner.execute). ``main`` returns the run's objective
 (``sweep.objective``: the mean, or the IQM, of the seeds' final returns), which is what Hydra's
-sweepers optimise; see purejaxrl_opt/search.py.
+sweepers optimise; see purejaxrl_opt/host/search.py.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import os
 import sys
 
 
-from purejaxrl_opt.xla_flags import set_default_xla_flags
+from purejaxrl_opt.host.xla_flags import set_default_xla_flags
 
 set_default_xla_flags()
 
@@ -38,9 +38,10 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from purejaxrl_opt import rundir
-from purejaxrl_opt.checkpoint import CheckpointError, CheckpointWriteError
-from purejaxrl_opt.config import ConfigError, LoggerConfig, parse_parallel, parse_settings
+from purejaxrl_opt.host import rundir
+from purejaxrl_opt.formats.checkpoint import CheckpointError, CheckpointWriteError
+from purejaxrl_opt.config.schema import ConfigError, LoggerConfig
+from purejaxrl_opt.host.settings import parse_parallel, parse_settings
 
 
 def _default_wandb_group(logger: LoggerConfig) -> LoggerConfig:
@@ -60,12 +61,12 @@ def run_from_config(cfg: DictConfig, out_dir: str, on_validated=None):
     runner) runs before anything is compiled; ``on_validated(out_dir)`` runs once they all passed (a
     fresh run only: a resumed one keeps the original run's record).
     """
-    from purejaxrl_opt import parallel
+    from purejaxrl_opt.host import parallel
 
     # several processes (parallel.coordinator or the environment / SLURM): before JAX uses a device,
     # so before the env/network modules are imported
     parallel.initialize_distributed(parse_parallel(cfg))
-    from purejaxrl_opt import loggers, runner, sweep
+    from purejaxrl_opt.host import loggers, runner, sweep
 
     settings = parse_settings(cfg)
     plan = sweep.plan_from_config(settings.sweep, settings.run)
@@ -86,7 +87,7 @@ def main(cfg: DictConfig) -> float:
     logging.getLogger("jax").setLevel(logging.WARNING)
     out_dir = HydraConfig.get().runtime.output_dir
     try:
-        from purejaxrl_opt.lm import runner as lm_runner
+        from purejaxrl_opt.host.lm import runner as lm_runner
 
         if lm_runner.is_lm_run(cfg):  # env=lm/<task>: GRPO on a pretrained language model
             return lm_runner.main(cfg, HydraConfig.get().runtime.output_dir)
@@ -108,10 +109,10 @@ def main(cfg: DictConfig) -> float:
         os._exit(1)
     finally:
         rundir.discard_if_empty(out_dir)  # a resume's own (empty) Hydra run dir
-    from purejaxrl_opt import sweep
+    from purejaxrl_opt.host import sweep
 
     # the objective (sweep.objective over the seeds' final returns); a job of a batched search
-    # returns one value per suggestion it trained (purejaxrl_opt/search.py tells each its own)
+    # returns one value per suggestion it trained (purejaxrl_opt/host/search.py tells each its own)
     return sweep.run_objective(result.summary, str(cfg.sweep.objective), per_config=batched)
 
 
@@ -126,7 +127,7 @@ def _refused(message: str, out_dir: str):
 def _batched_search_job(cfg: DictConfig) -> bool:
     """Whether this run is a job of a batched search (``sweep.batch > 1``); ``sweep.batch`` means
     nothing outside ``-m hydra/sweeper=optuna``, so there it is refused."""
-    from purejaxrl_opt.config import SweepConfig, parse_section
+    from purejaxrl_opt.config.schema import SweepConfig, parse_section
 
     section = parse_section(SweepConfig, cfg.get("sweep"), "sweep")
     if section.batch == 1:

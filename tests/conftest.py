@@ -31,7 +31,7 @@ for _flag in TEST_XLA_FLAGS:
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
-from purejaxrl_opt.config import EnvConfig, PPOConfig, RunConfig  # noqa: E402
+from purejaxrl_opt.config.schema import EnvConfig, PPOConfig, RunConfig  # noqa: E402
 
 
 def compose(*overrides: str):
@@ -57,7 +57,7 @@ def cartpole_ppo_result():
     """PPO on CartPole, 2 seeds x 60k steps, trained through the runner (chunked, as the CLI does)."""
     import tempfile
 
-    from purejaxrl_opt import runner
+    from purejaxrl_opt.host import runner
 
     run = small_run(num_seeds=2, total_timesteps=60_000, eval_episodes=8)
     out = tempfile.mkdtemp(prefix="pjo_ppo_")

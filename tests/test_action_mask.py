@@ -6,11 +6,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxrl_opt.config import NetworkConfig
-from purejaxrl_opt.distributions import Categorical, mask_logits
+from purejaxrl_opt.config.schema import NetworkConfig
+from purejaxrl_opt.core.models.distributions import Categorical, mask_logits
 from purejaxrl_opt.envs import EnvSpec
-from purejaxrl_opt.networks import Actor
-from purejaxrl_opt.policies import make_policy, replay
+from purejaxrl_opt.core.models.networks import Actor
+from purejaxrl_opt.core.models.policies import make_policy, replay
 
 LOGITS = np.array([[0.3, -1.2, 2.0, 0.5], [1.0, 1.0, -0.5, 3.0]], np.float32)
 MASK = np.array([[1, 0, 1, 1], [0, 1, 1, 0]], np.float32)

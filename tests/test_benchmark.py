@@ -15,8 +15,9 @@ import yaml
 from omegaconf import OmegaConf
 from scipy import stats as sps
 
-from purejaxrl_opt import benchmark, stats
-from purejaxrl_opt.config import ConfigError
+from purejaxrl_opt import benchmark
+from purejaxrl_opt.host import stats
+from purejaxrl_opt.config.schema import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 

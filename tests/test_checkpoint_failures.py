@@ -27,7 +27,8 @@ import pytest
 import yaml
 
 import purejaxrl_opt.train  # noqa: F401 - XLA flags of the CLI, set before JAX starts
-from purejaxrl_opt import checkpoint, rundir
+from purejaxrl_opt.formats import checkpoint
+from purejaxrl_opt.host import rundir
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ["env=CartPole-v1", "algo=ppo", "num_seeds=1", "total_timesteps=4096", "eval_episodes=2",
@@ -222,7 +223,7 @@ def test_a_dir_in_use_is_refused_at_once_and_keeps_the_recorded_config(finished,
     reference, *_ = finished
     run_dir = tmp_path / "run"
     shutil.copytree(reference, run_dir)
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from purejaxrl_opt import rundir; "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from purejaxrl_opt.host import rundir; "
                                "rundir.lock(sys.argv[1]); print('locked', flush=True); time.sleep(600)",
                                str(run_dir)], env=cli_env(), cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
@@ -282,7 +283,7 @@ def test_resume_from_an_older_checkpoint_when_the_newest_is_corrupt(finished, tm
     removes the corrupt one, writes it again and ends bitwise equal to the uninterrupted run. Resumed
     once more, the finished run trains nothing and keeps its timing. (In this process: the CLI's
     compiled programs come from XLA's persistent cache.)"""
-    from purejaxrl_opt.config import ConfigError
+    from purejaxrl_opt.config.schema import ConfigError
     from purejaxrl_opt.train import run_from_config
 
     reference, *_ = finished
@@ -357,8 +358,8 @@ def test_checkpoints_are_named_by_the_update_reached(tmp_path):
     """GRPO on Catch: every episode lasts 9 steps, so the budget of 1000 real steps ends after 28
     updates, inside the progress chunk 16..32 (chunks double with a budget): the final checkpoint is
     named 28, and it holds update counters of 28."""
-    from purejaxrl_opt import runner
-    from purejaxrl_opt.config import EnvConfig, GRPOConfig, RunConfig
+    from purejaxrl_opt.host import runner
+    from purejaxrl_opt.config.schema import EnvConfig, GRPOConfig, RunConfig
 
     run = RunConfig(algo=GRPOConfig(num_groups=2, group_size=2, num_minibatches=2),
                     env=EnvConfig(id="Catch-bsuite"), total_timesteps=1000, num_seeds=1, eval_episodes=1)

@@ -1,6 +1,6 @@
 """Checkpoint and resume on MuJoCo Playground: the MJX state carries arrays with no elements (e.g.
 ``data.act`` of shape ``(n, 32, 0)``, ``contact.*``), which orbax refuses to write; the checkpoint keeps
-them by shape (purejaxrl_opt/checkpoint.py). PPO and TRPO, the tuned Playground configs with a tiny
+them by shape (purejaxrl_opt/formats/checkpoint.py). PPO and TRPO, the tuned Playground configs with a tiny
 budget: checkpointed at update 2 of 4, restored, trained on -> bitwise the uninterrupted run (every
 leaf of the final training state, the metrics included). One compile per algorithm, reused by both runs.
 """
@@ -17,8 +17,10 @@ pytest.importorskip("mujoco_playground")
 
 import jax  # noqa: E402
 
-from purejaxrl_opt import algos, checkpoint, runner, sweep  # noqa: E402
-from purejaxrl_opt.config import from_dictconfig  # noqa: E402
+from purejaxrl_opt.core import algos
+from purejaxrl_opt.formats import checkpoint
+from purejaxrl_opt.host import runner, sweep  # noqa: E402
+from purejaxrl_opt.config.schema import from_dictconfig  # noqa: E402
 
 from conftest import compose  # noqa: E402
 

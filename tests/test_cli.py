@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from purejaxrl_opt.config import ConfigError, EnvConfig, PPOConfig, RunConfig, from_dictconfig
+from purejaxrl_opt.config.schema import ConfigError, EnvConfig, PPOConfig, RunConfig, from_dictconfig
 from tests.conftest import compose
 from tests import cli_lifecycle
 

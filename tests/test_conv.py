@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxrl_opt.networks import PatchConv, Torso
+from purejaxrl_opt.core.models.networks import PatchConv, Torso
 
 
 

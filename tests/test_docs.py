@@ -181,8 +181,8 @@ def _compose(config_name: str, overrides: list[str]):
 def _validate_train(overrides: list[str]) -> None:
     from omegaconf import open_dict
 
-    from purejaxrl_opt import sweep
-    from purejaxrl_opt.config import parse_settings
+    from purejaxrl_opt.host import sweep
+    from purejaxrl_opt.host.settings import parse_settings
 
     cfg = _compose("config", overrides)
     if cfg.get("resume") is not None:
@@ -193,7 +193,7 @@ def _validate_train(overrides: list[str]) -> None:
         with open_dict(cfg):
             cfg.resume = None
             cfg.resume_step = None
-    from purejaxrl_opt.lm import runner as lm_runner
+    from purejaxrl_opt.host.lm import runner as lm_runner
 
     if lm_runner.is_lm_run(cfg):  # env=lm/<task>: the language-model run's own checks
         lm_runner.parse_settings(cfg)
@@ -331,7 +331,7 @@ def fresh_hydra():
 def test_a_renamed_key_or_flag_in_a_shown_command_fails(tmp_path, fresh_hydra):
     from hydra.errors import HydraException
 
-    from purejaxrl_opt.config import ConfigError
+    from purejaxrl_opt.config.schema import ConfigError
 
     bad = {
         "python -m purejaxrl_opt.train algo.clip_epsilon=0.1": HydraException,  # no such key

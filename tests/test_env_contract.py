@@ -25,7 +25,7 @@ from gymnax.environments import spaces
 
 from purejaxrl_opt import envs
 from purejaxrl_opt.envs import registry
-from purejaxrl_opt.errors import ConfigError
+from purejaxrl_opt.config.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 LANES = 2
@@ -192,9 +192,9 @@ if MASKED:
     @pytest.mark.parametrize("case", MASKED, ids=str)
     def test_masked_actions_are_never_sampled(case):
         """The policy (the categorical head of an MLP, as trained) samples only legal actions."""
-        from purejaxrl_opt.config import NetworkConfig
-        from purejaxrl_opt.distributions import Categorical
-        from purejaxrl_opt.policies import make_policy
+        from purejaxrl_opt.config.schema import NetworkConfig
+        from purejaxrl_opt.core.models.distributions import Categorical
+        from purejaxrl_opt.core.models.policies import make_policy
 
         env, env_params, spec = envs.make(case.env_id, dict(case.params))
         first_obs, trajectory = jax.device_get(make_rollout(env, env_params, spec, case.num_envs, case.steps)(
@@ -342,13 +342,13 @@ def test_a_registry_entry_without_its_adapter_module_says_so(monkeypatch):
 
 
 def _validate_env_id(env_id: str):
-    from purejaxrl_opt.config import EnvConfig
+    from purejaxrl_opt.config.schema import EnvConfig
 
     EnvConfig(id=env_id).validate("env")
 
 
 def test_config_validates_ids_through_the_registry():
-    from purejaxrl_opt.config import supported_env_ids
+    from purejaxrl_opt.config.schema import supported_env_ids
 
     _validate_env_id("gymnax/CartPole-v1")
     _validate_env_id("tests.task_fixtures:Parity")  # a user's task, by module:Class
@@ -373,8 +373,8 @@ def _spec(**fields):
 
 
 def test_normalising_masked_observations_is_refused_before_compiling():
-    from purejaxrl_opt import algos
-    from purejaxrl_opt.config import EnvConfig, PPOConfig, RunConfig
+    from purejaxrl_opt.core import algos
+    from purejaxrl_opt.config.schema import EnvConfig, PPOConfig, RunConfig
 
     run = RunConfig(algo=PPOConfig(), env=EnvConfig(id="CartPole-v1", normalize_obs=True))
     algos.check_env_fit(run, _spec(action_mask=False))
@@ -383,8 +383,8 @@ def test_normalising_masked_observations_is_refused_before_compiling():
 
 
 def test_grpo_same_start_groups_need_a_keyed_reset():
-    from purejaxrl_opt import algos
-    from purejaxrl_opt.config import EnvConfig, GRPOConfig, RunConfig
+    from purejaxrl_opt.core import algos
+    from purejaxrl_opt.config.schema import EnvConfig, GRPOConfig, RunConfig
 
     run = RunConfig(algo=GRPOConfig(), env=EnvConfig(id="CartPole-v1"))
     algos.check_env_fit(run, _spec(keyed_reset=True))
@@ -445,7 +445,7 @@ def _compose(conf: Path, overrides: list[str]):
 
 
 def test_env_library_id_is_a_config_group_with_its_tuned_file(conf_with_a_library_env):
-    from purejaxrl_opt.config import from_dictconfig
+    from purejaxrl_opt.config.schema import from_dictconfig
 
     run = from_dictconfig(_compose(conf_with_a_library_env, ["env=gymnax/Acrobot-v1"]))
     assert run.env.id == "gymnax/Acrobot-v1" and dict(run.env.params) == {"max_steps_in_episode": 100}
@@ -453,7 +453,7 @@ def test_env_library_id_is_a_config_group_with_its_tuned_file(conf_with_a_librar
 
 
 def test_any_id_without_a_file_takes_the_library_defaults_and_no_tuned_file():
-    from purejaxrl_opt.config import from_dictconfig
+    from purejaxrl_opt.config.schema import from_dictconfig
 
     cfg = _compose(ROOT / "conf", ["algo=trpo", "env=any", "env.id=gymnax/CartPole-v1"])
     run = from_dictconfig(cfg)

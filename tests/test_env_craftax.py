@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from purejaxrl_opt.envs import craftax as craftax_adapter
-from purejaxrl_opt.errors import ConfigError
+from purejaxrl_opt.config.errors import ConfigError
 from tests import cli_lifecycle
 
 NAME = "Craftax-Classic-Symbolic-v1"
@@ -245,9 +245,9 @@ def test_other_ids_shapes_and_death(name):
 
 @pytest.mark.slow
 def test_render_frame_and_the_cnn_on_pixels():
-    from purejaxrl_opt.config import NetworkConfig
+    from purejaxrl_opt.config.schema import NetworkConfig
     from purejaxrl_opt.envs import EnvSpec
-    from purejaxrl_opt.networks import Actor
+    from purejaxrl_opt.core.models.networks import Actor
 
     env, params = craftax_adapter.make("Craftax-Classic-Pixels-v1", {})
     obs, state = env.reset(jax.random.PRNGKey(0), params)
@@ -265,7 +265,7 @@ def test_the_rnn_tuned_file_composes_their_ppo_rnn_network(env_id):
     """``tuned=ppo_craftax/<env>-rnn`` (experiments/side_by_side_craftax.py --algo ppo_rnn) gives
     Craftax_Baselines' ActorCriticRNN network (their parameter count) and validates; the plain env=...
     keeps the MLP."""
-    from purejaxrl_opt.config import from_dictconfig
+    from purejaxrl_opt.config.schema import from_dictconfig
     from tests.conftest import compose
 
     rnn = compose("algo=ppo", f"env=craftax/{env_id}", f"tuned=ppo_craftax/{env_id}-rnn")
@@ -283,8 +283,8 @@ def test_the_rnn_tuned_file_composes_their_ppo_rnn_network(env_id):
     # kernels, a bias on n only), for this env's observation width
     assert net.shared
     from purejaxrl_opt import envs
-    from purejaxrl_opt.actor_critic import make_networks
-    from purejaxrl_opt.networks import count_params
+    from purejaxrl_opt.core.stages.actor_critic import make_networks
+    from purejaxrl_opt.core.models.networks import count_params
 
     _, _, spec = envs.make(run.env.id, run.env.params)
     networks = make_networks(spec, net)

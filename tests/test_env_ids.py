@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from purejaxrl_opt.config import ConfigError, from_dictconfig
+from purejaxrl_opt.config.schema import ConfigError, from_dictconfig
 from purejaxrl_opt.envs import registry
 from purejaxrl_opt.train import run_from_config
 from tests.conftest import compose

@@ -12,11 +12,11 @@ import jumanji  # noqa: F401 - the real library (the test extra installs it)
 import jumanji  # noqa: E402
 
 from purejaxrl_opt.envs import jumanji as adapter  # noqa: E402
-from purejaxrl_opt.config import NetworkConfig  # noqa: E402
-from purejaxrl_opt.distributions import Categorical  # noqa: E402
+from purejaxrl_opt.config.schema import NetworkConfig  # noqa: E402
+from purejaxrl_opt.core.models.distributions import Categorical  # noqa: E402
 from purejaxrl_opt.envs import EnvSpec  # noqa: E402
-from purejaxrl_opt.errors import ConfigError  # noqa: E402
-from purejaxrl_opt.networks import Actor  # noqa: E402
+from purejaxrl_opt.config.errors import ConfigError  # noqa: E402
+from purejaxrl_opt.core.models.networks import Actor  # noqa: E402
 from tests import cli_lifecycle  # noqa: E402
 
 LIMIT = 8  # Snake 6x6's episode limit in these tests

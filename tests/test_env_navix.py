@@ -9,7 +9,7 @@ import pytest
 import navix
 
 from purejaxrl_opt.envs import navix as adapter  # noqa: E402
-from purejaxrl_opt.errors import ConfigError  # noqa: E402
+from purejaxrl_opt.config.errors import ConfigError  # noqa: E402
 from env_play import check_reset_and_step_against_spaces, play  # noqa: E402  (tests/env_play.py)
 from tests import cli_lifecycle  # noqa: E402
 
@@ -124,9 +124,9 @@ def test_bad_ids_and_options_are_config_errors():
 
 @pytest.mark.slow  # a big compile; the conv torso is checked against flax's conv in tests/test_conv.py
 def test_the_conv_torso_takes_the_symbolic_grid(empty5):
-    from purejaxrl_opt.config import NetworkConfig
+    from purejaxrl_opt.config.schema import NetworkConfig
     from purejaxrl_opt.envs import EnvSpec
-    from purejaxrl_opt.networks import Actor, Critic
+    from purejaxrl_opt.core.models.networks import Actor, Critic
 
     env, params, _, reset = empty5
     spec = EnvSpec("navix/Navix-Empty-5x5-v0", (5, 5, 3), True, 7, None, None, 5)

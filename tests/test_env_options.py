@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from purejaxrl_opt import envs
-from purejaxrl_opt.errors import ConfigError
+from purejaxrl_opt.config.errors import ConfigError
 from purejaxrl_opt.train import run_from_config
 from tests.conftest import compose
 

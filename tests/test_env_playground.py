@@ -23,10 +23,11 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from gymnax.environments import spaces  # noqa: E402
 
-from purejaxrl_opt import envs, rollout  # noqa: E402
+from purejaxrl_opt import envs
+from purejaxrl_opt.core.stages import rollout  # noqa: E402
 from purejaxrl_opt.envs import playground as pg  # noqa: E402
-from purejaxrl_opt.distributions import DiagGaussian  # noqa: E402
-from purejaxrl_opt.errors import ConfigError  # noqa: E402
+from purejaxrl_opt.core.models.distributions import DiagGaussian  # noqa: E402
+from purejaxrl_opt.config.errors import ConfigError  # noqa: E402
 from tests import cli_lifecycle  # noqa: E402
 
 SHORT = 5  # a short time limit for the auto-reset tests (params.max_steps_in_episode)

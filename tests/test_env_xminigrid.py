@@ -11,7 +11,7 @@ import xminigrid
 from xminigrid.core.constants import Tiles
 
 from purejaxrl_opt.envs import xminigrid as adapter  # noqa: E402
-from purejaxrl_opt.errors import ConfigError  # noqa: E402
+from purejaxrl_opt.config.errors import ConfigError  # noqa: E402
 from env_play import check_reset_and_step_against_spaces, play  # noqa: E402  (tests/env_play.py)
 from tests import cli_lifecycle
 
@@ -184,7 +184,7 @@ def test_the_memory_tuned_file_composes_the_gru_with_a_view_that_needs_memory():
     with a head layer, one-hot cells, three times the entropy bonus, 12M steps and a 5x5 view (where memory is
     required, the test below), which the adapter turns into a [5, 5, 25] observation; the feed-forward comparison
     (recurrent none, no head layers) validates too."""
-    from purejaxrl_opt.config import from_dictconfig
+    from purejaxrl_opt.config.schema import from_dictconfig
     from tests.conftest import compose
 
     gru = compose("algo=ppo", "env=xminigrid/MiniGrid-MemoryS8")

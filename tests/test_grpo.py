@@ -9,13 +9,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxrl_opt import algos, envs, episode_losses, losses, rollout
-from purejaxrl_opt.algos import grpo
-from purejaxrl_opt.config import (ConfigError, EnvConfig, GRPOConfig, PPOConfig, RunConfig,
+from purejaxrl_opt.core import algos
+from purejaxrl_opt import envs
+from purejaxrl_opt.core.stages import episode_losses, losses, rollout
+from purejaxrl_opt.core.algos import grpo
+from purejaxrl_opt.config.schema import (ConfigError, EnvConfig, GRPOConfig, PPOConfig, RunConfig,
                                   hyperparameters)
-from purejaxrl_opt.distributions import Categorical
-from purejaxrl_opt.networks import Actor, count_params
-from purejaxrl_opt.algos.base import host_metrics
+from purejaxrl_opt.core.models.distributions import Categorical
+from purejaxrl_opt.core.models.networks import Actor, count_params
+from purejaxrl_opt.core.algos.base import host_metrics
 from jax.flatten_util import ravel_pytree
 
 # outcome rewards of 4 groups x 4 episodes; group 2 has zero spread
@@ -353,7 +355,7 @@ def test_budget_lanes_of_different_lengths_and_chunks_compose_bitwise():
     """CartPole lanes consume their budget at different rates, so they stop after different numbers
     of updates; every lane ends within one update above total_timesteps, and running the updates in
     chunks (as the runner does, lanes vmapped) gives bitwise the numbers of one loop."""
-    from purejaxrl_opt.algos.base import init_loop, run_updates
+    from purejaxrl_opt.core.algos.base import init_loop, run_updates
 
     run = _grpo_run(num_groups=2, group_size=2, num_minibatches=2, max_episode_steps=100,
                     total_timesteps=3000, num_seeds=3)
@@ -398,7 +400,7 @@ def test_short_cartpole_run_beats_random(tmp_path):
     num_seeds=24, seed=1000, XLA at -O0 as in the tests): final eval return per seed 260..482, worst
     2-seed mean 274 (the test wants > 100; a random policy gets ~22). At 20k steps the worst 2-seed
     mean was 131: too close to the threshold, so the budget is 50k."""
-    from purejaxrl_opt import runner
+    from purejaxrl_opt.host import runner
 
     run = _grpo_run(update_epochs=4, num_minibatches=4, lr=1e-3, num_seeds=2,
                     total_timesteps=50_000, eval_episodes=8)
@@ -423,7 +425,8 @@ def test_runner_chunks_checkpoints_and_resume_are_bitwise_neutral(tmp_path):
     uninterrupted run."""
     import shutil
 
-    from purejaxrl_opt import checkpoint, runner
+    from purejaxrl_opt.formats import checkpoint
+    from purejaxrl_opt.host import runner
 
     run = _catch_run(num_seeds=2, eval_episodes=4)  # 28 updates of the 250-row buffer
     plain = runner.execute(run, tmp_path / "plain", loggers=())

@@ -1,4 +1,4 @@
-"""GRPO on a language model (purejaxrl_opt/algos/grpo_lm.py, lm/runner.py) on tiny random models: the
+"""GRPO on a language model (purejaxrl_opt/core/algos/grpo_lm.py, lm/runner.py) on tiny random models: the
 loss against a hand computation over an independent scorer, exact micro-batch accumulation, LoRA
 touching only its adapters, the "always answer 7" reward rising, bitwise resume, reward-function
 errors mid-run, and config errors before anything compiles."""
@@ -16,14 +16,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxrl_opt import checkpoint
-from purejaxrl_opt.algos import grpo_lm
-from purejaxrl_opt.config import GRPOConfig, hyperparameters
-from purejaxrl_opt.errors import ConfigError
-from purejaxrl_opt.lm import rewards, runner
-from purejaxrl_opt.lm.tiny import tiny_model
-from purejaxrl_opt.lm_config import LMTrainConfig, ModelConfig
-from purejaxrl_opt.models import sampling
+from purejaxrl_opt.formats import checkpoint
+from purejaxrl_opt.core.algos import grpo_lm
+from purejaxrl_opt.config.schema import GRPOConfig, hyperparameters
+from purejaxrl_opt.config.errors import ConfigError
+from purejaxrl_opt.host.lm import rewards, runner
+from purejaxrl_opt.host.lm.tiny import tiny_model
+from purejaxrl_opt.config.lm import LMTrainConfig, ModelConfig
+from purejaxrl_opt.core.models import sampling
 from tests.conftest import compose
 
 P, T = 6, 4  # prompt and completion lengths of the hand-made batch
@@ -163,7 +163,7 @@ def test_grpo_raises_the_always_answer_7_reward(seven_run):
     assert summary["held_out_after"]["reward/sevens"] > summary["held_out_before"]["reward/sevens"] + 0.2
     examples = [json.loads(line) for line in open(out / "examples.jsonl")]
     assert {e["split"] for e in examples} == {"train", "held_out"} and "sevens" in examples[0]
-    saved = __import__("purejaxrl_opt.lm", fromlist=["load"]).load(out / "model")
+    saved = __import__("purejaxrl_opt.host.lm", fromlist=["load"]).load(out / "model")
     assert saved.tokenizer.chat_template and saved.cfg.hidden_size == 32
 
 

@@ -9,10 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxrl_opt import algos, losses, rollout
-from purejaxrl_opt.algos import grpo
-from purejaxrl_opt.config import ConfigError, EnvConfig, GRPOConfig, NetworkConfig, RunConfig, hyperparameters
-from purejaxrl_opt.algos.base import host_metrics
+from purejaxrl_opt.core import algos
+from purejaxrl_opt.core.stages import losses, rollout
+from purejaxrl_opt.core.algos import grpo
+from purejaxrl_opt.config.schema import ConfigError, EnvConfig, GRPOConfig, NetworkConfig, RunConfig, hyperparameters
+from purejaxrl_opt.core.algos.base import host_metrics
 from purejaxrl_opt.envs.tokens import EOS
 
 # two episodes of a batch: 3 and 2 real steps

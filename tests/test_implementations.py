@@ -1,4 +1,4 @@
-"""Per-backend implementations (purejaxrl_opt/implementations.py): what ``auto`` picks on each
+"""Per-backend implementations (purejaxrl_opt/config/implementations.py): what ``auto`` picks on each
 backend, and that both choices of each key, wired through the network config, compute the same
 function and gradients here on the CPU (tests/test_conv.py and tests/test_recurrent.py check the
 pieces themselves against flax.linen.Conv and against autodiff of RecurrentCell)."""
@@ -12,10 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxrl_opt import implementations
-from purejaxrl_opt.config import ConfigError, NetworkConfig
+from purejaxrl_opt.config import implementations
+from purejaxrl_opt.config.schema import ConfigError, NetworkConfig
 from purejaxrl_opt.envs import EnvSpec
-from purejaxrl_opt.policies import make_policy, make_value, replay
+from purejaxrl_opt.core.models.policies import make_policy, make_value, replay
 
 MINATAR_LIKE = EnvSpec("image", (6, 6, 3), True, 3, None, None, 100)
 VECTOR = EnvSpec("vector", (5,), True, 2, None, None, 100)
@@ -110,8 +110,8 @@ def test_recurrent_fused_and_autodiff_agree_through_the_policy(cell):
 def test_checkpoint_fingerprint_leaves_out_auto_implementation_keys():
     """A checkpoint written before network.conv_impl / recurrent_grad existed has neither key: runs at
     the default (auto) must still match it; an explicit choice is part of the fingerprint."""
-    from purejaxrl_opt import checkpoint
-    from purejaxrl_opt.config import EnvConfig, PPOConfig, RunConfig
+    from purejaxrl_opt.formats import checkpoint
+    from purejaxrl_opt.config.schema import EnvConfig, PPOConfig, RunConfig
 
     run = RunConfig(algo=PPOConfig(), env=EnvConfig(id="CartPole-v1"))
     auto = checkpoint.fingerprint(run, None, {})

@@ -12,71 +12,42 @@ import pytest
 PACKAGE = "purejaxrl_opt"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 
-ENTRY, ORCHESTRATION, REGISTRY, ALGORITHM, FRAMEWORK, STAGE, MODEL, ENV, LEAF = 8, 7, 6, 5, 4, 3, 2, 1, 0
-# every module of the package and its layer; a new module must be placed here
-LAYERS = {
-    # entry points: CLIs that compose a config and call
-    "train": ENTRY, "sft": ENTRY, "evaluate": ENTRY, "benchmark": ENTRY,
-    # the Hydra search sweeper (hydra/sweeper=optuna): launches train jobs, reads their results
-    "search": ENTRY,
-    # text generation from a pretrained LM (python -m purejaxrl_opt.generate)
-    "generate": ENTRY,
-    # orchestration (report: reads run dirs and plots; its CLI is an entry point, but runner/artifacts
-    # plot with it, and it imports nothing of the package)
-    "runner": ORCHESTRATION, "artifacts": ORCHESTRATION, "loggers": ORCHESTRATION,
-    "parallel": ORCHESTRATION, "sweep": ORCHESTRATION, "report": ORCHESTRATION,
-    "stats": ORCHESTRATION,
-    # GRPO on a pretrained LM, host side: prompts, tasks, Python reward functions, the split-step driver
-    "lm.data": ORCHESTRATION, "lm.rewards": ORCHESTRATION, "lm.tasks": ORCHESTRATION,
-    "lm.runner": ORCHESTRATION, "lm.tiny": ORCHESTRATION,
-    # pretrained LMs, host side: loaders (safetensors, GGUF), tokenizer and chat template, save
-    "lm": ORCHESTRATION, "lm.tokenizer": ORCHESTRATION, "lm.weights": ORCHESTRATION,
-    "lm.gguf_file": ORCHESTRATION,
-    # name (and env kind) -> algorithm module
-    "algos": REGISTRY,
-    # one file per algorithm: never imports another
-    "algos.ppo": ALGORITHM, "algos.trpo": ALGORITHM, "algos.grpo": ALGORITHM, "algos.ppo_tokens": ALGORITHM,
-    # GRPO on a pretrained LM: the compiled sampling and update of its split step
-    "algos.grpo_lm": ALGORITHM,
-    # PPO on a pretrained LM with a value LM (the memory comparison's other trainer)
-    "algos.ppo_lm": ALGORITHM,
-    # what every algorithm plugs into: Algorithm, Loop, run_updates
-    "algos.base": FRAMEWORK,
-    # shared stages
-    "rollout": STAGE, "actor_critic": STAGE, "evaluation": STAGE, "losses": STAGE,
-    "natural_gradient": STAGE, "optim": STAGE, "collectives": STAGE, "episode_losses": STAGE,
-    # GRPO's objective and advantages: the env algorithm and the language-model trainer call them
-    "grpo_objective": STAGE,
-    # the language-model trainers' shared policy side: batch layout, log-probs, micro-batches, sharding
-    "lm_policy": STAGE,
-    # models
-    "policies": MODEL, "networks": MODEL, "transformer": MODEL, "distributions": MODEL,
-    "pretrained": MODEL,
-    # pretrained causal LMs (Llama / Qwen2 families) and their sampler
-    "models": MODEL, "models.causal_lm": MODEL, "models.sampling": MODEL,
-    # low-rank adapters over a causal LM's params dict
-    "models.lora": MODEL,
-    # environments (envs/: the protocol, one adapter per library, wrappers; every module of envs/ not
-    # named here is an adapter, at this layer: see layer())
-    "envs": ENV, "envs.protocol": ENV, "envs.tokens": ENV, "envs.tasks": ENV, "envs.wrappers": ENV,
-    "envs.normalisation": ENV, "envs.gymnax": ENV, "envs.options": ENV,
-    # leaves. The env registry is a table of module names (imports only errors; it loads the adapter
-    # of a named library with importlib), which config's validation of env.id reads.
-    # the model / lm sections of a language-model run
-    "lm_config": LEAF,
-    "config": LEAF, "errors": LEAF, "checkpoint": LEAF, "xla_flags": LEAF, "envs.registry": LEAF,
-    # the run directory's lock and recorded config (a Hydra callback too)
-    "rundir": LEAF,
-    # per-backend implementation choices (config validates against them) and the progress bars
-    "implementations": LEAF, "progress": LEAF,
+ENTRY, HOST, REGISTRY, ALGORITHM, FRAMEWORK, STAGE, MODEL, ENV, FORMAT, CONFIG = 9, 8, 7, 6, 5, 4, 3, 2, 1, 0
+# A module's layer is its folder (docs/design.md): a new module needs no line here.
+FOLDERS = {
+    "host": HOST,  # drives the core: runner, checkpoints, loggers, artifacts, sweeps, search, lm/ files
+    "core.algos": ALGORITHM,  # one file per algorithm: never imports another
+    "core.stages": STAGE,  # what algorithms share: rollout, losses, optimisers, evaluation
+    "core.models": MODEL,  # networks, distributions, transformer, causal LMs
+    "envs": ENV,  # the env protocol and one adapter per library
+    "formats": FORMAT,  # on-disk formats any layer reads: checkpoint trees
+    "config": CONFIG,  # typed config, validation, ConfigError: imports nothing above
 }
+# the few modules a folder's layer does not describe
+EXCEPTIONS = {
+    "core.algos": REGISTRY,  # the registry: name (and env kind) -> algorithm module
+    "core.algos.base": FRAMEWORK,  # what every algorithm plugs into: Algorithm, Loop, run_updates
+    # a table of adapter module names that config's validation of env.id reads (imports only errors);
+    # it loads the adapter of a named library with importlib
+    "envs.registry": CONFIG,
+    "core": CONFIG,  # the core's package docstring (a module of the core lives in one of its folders)
+}
+PACKAGES = {"core", "host", "envs", "config", "formats", "core.algos", "core.stages", "core.models", "host.lm"}
 
 
-def layer(module: str, layers: dict[str, int] = LAYERS) -> int:
-    """A module's layer: ``layers``, and ENV for an adapter file of envs/ (adding a library is one file)."""
-    if module not in layers and module.startswith("envs."):
-        return ENV
-    return layers[module]
+def layer(module: str) -> int:
+    """A module's layer: a top-level module is a command-line entry point (``python -m
+    purejaxrl_opt.<name>``); any other module's layer is that of the deepest folder holding it."""
+    if module in EXCEPTIONS:
+        return EXCEPTIONS[module]
+    if "." not in module and module not in PACKAGES:
+        return ENTRY
+    parts = module.split(".")
+    for depth in range(len(parts), 0, -1):
+        folder = ".".join(parts[:depth])
+        if folder in FOLDERS:
+            return FOLDERS[folder]
+    raise KeyError(f"{module} is in no layer folder: {sorted(FOLDERS)}")
 
 
 def module_name(path: Path) -> str:
@@ -94,7 +65,9 @@ def imported_modules(tree: ast.AST, known: set[str]) -> set[str]:
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             # `from purejaxrl_opt import envs` names a module; `from purejaxrl_opt.envs import X` a member
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            members = [f"{node.module}.{alias.name}" for alias in node.names]
+            # `from purejaxrl_opt.core.stages import losses` names the module, not the package above it
+            names = members if any(m[len(PACKAGE) + 1:] in known for m in members) else [node.module]
         else:
             continue
         for name in names:
@@ -113,15 +86,15 @@ def import_graph() -> dict[str, set[str]]:
             for p in paths}
 
 
-def violations(graph: dict[str, set[str]], layers: dict[str, int]) -> list[str]:
+def violations(graph: dict[str, set[str]]) -> list[str]:
     found = []
     for module, targets in sorted(graph.items()):
         if module == "__init__":
             continue
         for target in sorted(targets):
-            if layer(target, layers) > layer(module, layers):
+            if layer(target) > layer(module):
                 found.append(f"{module} imports {target}, a layer above it")
-            elif layer(target, layers) == layer(module, layers) == ALGORITHM:
+            elif layer(target) == layer(module) == ALGORITHM:
                 found.append(f"algorithm {module} imports algorithm {target}")
     return found
 
@@ -152,30 +125,36 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_every_module_has_a_layer():
-    unplaced = sorted(m for m in set(import_graph()) - set(LAYERS) - {"__init__"}
-                      if not m.startswith("envs."))
-    assert not unplaced, f"modules without a layer in tests/test_imports.py LAYERS: {unplaced}"
+def test_every_module_is_in_a_layer_folder_and_the_top_level_holds_only_entry_points():
+    graph = import_graph()
+    for module in graph:
+        if module != "__init__":
+            layer(module)  # raises for a module outside the layer folders
+    top = sorted(m for m in graph if "." not in m and m not in PACKAGES and m != "__init__")
+    assert top == ["benchmark", "evaluate", "generate", "report", "sft", "train"], top
+    assert layer("core.algos.ppo") == ALGORITHM and layer("host.lm.runner") == HOST
+    assert layer("core.models.causal_lm") == MODEL and layer("envs.navix") == ENV
 
 
 def test_imports_point_down_and_no_algorithm_imports_another():
     graph = import_graph()
-    assert not violations(graph, LAYERS), "\n".join(violations(graph, LAYERS))
+    assert not violations(graph), "\n".join(violations(graph))
+
+
+def test_the_core_never_imports_the_host_side_or_an_entry_point():
+    graph = import_graph()
+    up = sorted(f"{m} imports {t}" for m in graph if m.startswith("core.") for t in graph[m]
+                if layer(t) >= HOST)
+    assert not up, up
 
 
 def test_the_env_layer_imports_no_algorithm_stage_or_runner():
-    """envs/ (the protocol, the registry, the adapters) reaches only environments and leaves."""
+    """envs/ (the protocol, the registry, the adapters) reaches only environments and config."""
     graph = import_graph()
     modules = [m for m in graph if m == "envs" or m.startswith("envs.")]
     assert {"envs", "envs.protocol", "envs.registry", "envs.gymnax", "envs.tokens"} <= set(modules)
     above = sorted(f"{m} imports {t}" for m in modules for t in graph[m] if layer(t) > ENV)
     assert not above, above
-
-
-def test_an_adapter_file_needs_no_layers_line():
-    assert layer("envs.navix") == ENV
-    assert violations({"envs.navix": {"rollout"}, "rollout": set()}, LAYERS) == [
-        "envs.navix imports rollout, a layer above it"]
 
 
 def test_import_graph_is_acyclic():
@@ -184,19 +163,25 @@ def test_import_graph_is_acyclic():
 
 
 @pytest.mark.parametrize("graph,expected", [
-    ({"algos.ppo": {"algos.grpo"}, "algos.grpo": set()}, "algorithm algos.ppo imports algorithm algos.grpo"),
-    ({"config": {"envs"}, "envs": set()}, "config imports envs, a layer above it"),
-    ({"algos.grpo": {"sft"}, "sft": set()}, "algos.grpo imports sft, a layer above it"),
+    ({"core.algos.ppo": {"core.algos.grpo"}, "core.algos.grpo": set()},
+     "algorithm core.algos.ppo imports algorithm core.algos.grpo"),
+    ({"config.schema": {"envs"}, "envs": set()}, "config.schema imports envs, a layer above it"),
+    ({"core.algos.grpo": {"sft"}, "sft": set()}, "core.algos.grpo imports sft, a layer above it"),
+    ({"core.stages.rollout": {"host.runner"}, "host.runner": set()},
+     "core.stages.rollout imports host.runner, a layer above it"),
+    ({"envs.navix": {"core.stages.rollout"}, "core.stages.rollout": set()},
+     "envs.navix imports core.stages.rollout, a layer above it"),
 ])
 def test_checker_catches_bad_imports(graph, expected):
-    assert expected in violations(graph, LAYERS)
+    assert expected in violations(graph)
 
 
 def test_checker_finds_cycles_and_parses_both_import_forms():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
-    tree = ast.parse("from purejaxrl_opt import envs, losses\nimport purejaxrl_opt.algos.ppo\n"
-                     "def f():\n    from purejaxrl_opt.algos.base import Loop\n")
-    # the named module only, not the packages above it (`algos.base` is not the registry `algos`)
-    assert imported_modules(tree, {"envs", "losses", "algos.ppo", "algos.base", "algos"}) == {
-        "envs", "losses", "algos.ppo", "algos.base"}
+    tree = ast.parse("from purejaxrl_opt import envs\nfrom purejaxrl_opt.core.stages import losses\n"
+                     "import purejaxrl_opt.core.algos.ppo\n"
+                     "def f():\n    from purejaxrl_opt.core.algos.base import Loop\n")
+    # the named module only, not the packages above it (`core.algos.base` is not the registry)
+    known = {"envs", "core.stages.losses", "core.algos.ppo", "core.algos.base", "core.algos", "core.stages"}
+    assert imported_modules(tree, known) == {"envs", "core.stages.losses", "core.algos.ppo", "core.algos.base"}

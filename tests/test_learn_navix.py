@@ -42,7 +42,7 @@ def test_late_training_return_is_the_mean_of_the_last_tenth_skipping_empty_rollo
 
 def test_a_finished_run_is_read_back_with_the_training_return_iqm_over_seeds(tmp_path):
     import learn_navix
-    from purejaxrl_opt import stats
+    from purejaxrl_opt.host import stats
 
     run_dir = tmp_path / "gru"
     run_dir.mkdir()

@@ -1,4 +1,4 @@
-"""Pretrained LMs (purejaxrl_opt/models/causal_lm.py, sampling.py; purejaxrl_opt/lm/): loaders of
+"""Pretrained LMs (purejaxrl_opt/core/models/causal_lm.py, sampling.py; purejaxrl_opt/host/lm/): loaders of
 Hugging Face directories (single and sharded safetensors) and GGUF files, the tokenizer and its chat
 template, the forward pass against a numpy implementation of the Hugging Face math, the KV cache,
 sampling options, completion log-probs, save/load, and every bad input refused before compiling.
@@ -21,11 +21,11 @@ pytest.importorskip("safetensors")
 pytest.importorskip("tokenizers")
 pytest.importorskip("gguf")
 
-from purejaxrl_opt.errors import ConfigError  # noqa: E402
-from purejaxrl_opt.lm import load, pad_batch  # noqa: E402
-from purejaxrl_opt.lm.gguf_file import permute_rows, unpermute_rows  # noqa: E402
-from purejaxrl_opt.models import causal_lm  # noqa: E402
-from purejaxrl_opt.models.sampling import SamplingConfig, generate, sample_token, score  # noqa: E402
+from purejaxrl_opt.config.errors import ConfigError  # noqa: E402
+from purejaxrl_opt.host.lm import load, pad_batch  # noqa: E402
+from purejaxrl_opt.host.lm.gguf_file import permute_rows, unpermute_rows  # noqa: E402
+from purejaxrl_opt.core.models import causal_lm  # noqa: E402
+from purejaxrl_opt.core.models.sampling import SamplingConfig, generate, sample_token, score  # noqa: E402
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] "

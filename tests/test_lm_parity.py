@@ -17,9 +17,9 @@ import pytest
 pytest.importorskip("safetensors")
 pytest.importorskip("tokenizers")
 
-from purejaxrl_opt.lm import load  # noqa: E402
-from purejaxrl_opt.models import causal_lm  # noqa: E402
-from purejaxrl_opt.models.sampling import SamplingConfig, generate  # noqa: E402
+from purejaxrl_opt.host.lm import load  # noqa: E402
+from purejaxrl_opt.core.models import causal_lm  # noqa: E402
+from purejaxrl_opt.core.models.sampling import SamplingConfig, generate  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "lm"
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
@@ -63,7 +63,7 @@ def test_a_gguf_vocabulary_tokenizes_as_transformers(reference, name, pre, add_b
     pre-tokenizer name), built from the reference tokenizer's own vocabulary: the reference ids."""
     import json
 
-    from purejaxrl_opt.lm.tokenizer import from_gguf_metadata
+    from purejaxrl_opt.host.lm.tokenizer import from_gguf_metadata
 
     spec = json.loads((DATA / f"tiny_{name}" / "tokenizer.json").read_text())
     vocab = dict(spec["model"]["vocab"])

@@ -1,4 +1,4 @@
-"""Language-model training sharded over a data x FSDP mesh (purejaxrl_opt/lm_policy.py's shardings,
+"""Language-model training sharded over a data x FSDP mesh (purejaxrl_opt/core/stages/lm_policy.py's shardings,
 parallel.lm_mesh, lm/runner.py) on 4 simulated CPU devices: the same loss, metrics and updated arrays as
 on one device, for GRPO's full fine-tuning and LoRA and for PPO with a value LM, the arrays really split,
 and the CLI path end to end. The device count must be set before JAX starts, so the checks run in a
@@ -9,22 +9,22 @@ from __future__ import annotations
 import jax
 import pytest
 
-from purejaxrl_opt import parallel
-from purejaxrl_opt.config import ParallelConfig
-from purejaxrl_opt.errors import ConfigError
-from purejaxrl_opt.lm_policy import fsdp_spec
+from purejaxrl_opt.host import parallel
+from purejaxrl_opt.config.schema import ParallelConfig
+from purejaxrl_opt.config.errors import ConfigError
+from purejaxrl_opt.core.stages.lm_policy import fsdp_spec
 from jax.sharding import PartitionSpec as P
 from tests.test_parallel import run_with_devices
 
 PRELUDE = """
 import jax, numpy as np
 from jax.sharding import Mesh
-from purejaxrl_opt.algos import grpo_lm, ppo_lm
-from purejaxrl_opt.config import GRPOConfig, hyperparameters
-from purejaxrl_opt.lm.tiny import tiny_model
-from purejaxrl_opt.lm_config import LMTrainConfig, ModelConfig, PPOLMConfig
-from purejaxrl_opt.lm_policy import Batch, batch_shardings, param_shardings
-from purejaxrl_opt.parallel import lm_mesh, ParallelSettings
+from purejaxrl_opt.core.algos import grpo_lm, ppo_lm
+from purejaxrl_opt.config.schema import GRPOConfig, hyperparameters
+from purejaxrl_opt.host.lm.tiny import tiny_model
+from purejaxrl_opt.config.lm import LMTrainConfig, ModelConfig, PPOLMConfig
+from purejaxrl_opt.core.stages.lm_policy import Batch, batch_shardings, param_shardings
+from purejaxrl_opt.host.parallel import lm_mesh, ParallelSettings
 
 assert len(jax.devices()) == 4
 P_LEN, T = 6, 4
@@ -109,7 +109,7 @@ print("ppo ok", float(want["value_loss"]))
 CLI = """
 import csv, tempfile
 import jax, numpy as np
-from purejaxrl_opt.lm import runner
+from purejaxrl_opt.host.lm import runner
 from tests.conftest import compose
 
 def metrics(*overrides):

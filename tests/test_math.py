@@ -10,8 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxrl_opt import envs, losses, rollout
-from purejaxrl_opt.distributions import Categorical, DiagGaussian
+from purejaxrl_opt import envs
+from purejaxrl_opt.core.stages import losses, rollout
+from purejaxrl_opt.core.models.distributions import Categorical, DiagGaussian
 
 
 def numpy_gae(rewards, values, next_values, terminated, truncated, gamma, lam):

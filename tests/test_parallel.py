@@ -1,4 +1,4 @@
-"""Multi-device execution on simulated CPU devices (purejaxrl_opt/parallel.py).
+"""Multi-device execution on simulated CPU devices (purejaxrl_opt/host/parallel.py).
 
 The device count must be set before JAX initialises, and this pytest process already has one CPU
 device, so the multi-device checks run in a subprocess with
@@ -16,8 +16,8 @@ from pathlib import Path
 import jax
 import pytest
 
-from purejaxrl_opt import parallel
-from purejaxrl_opt.config import ConfigError, PPOConfig
+from purejaxrl_opt.host import parallel
+from purejaxrl_opt.config.schema import ConfigError, PPOConfig
 from tests.conftest import TEST_XLA_FLAGS, small_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,8 +38,9 @@ def run_with_devices(code: str, devices: int = 4, timeout: int = 240) -> str:
 DATA_PARALLEL_PRELUDE = """
 import jax, numpy as np
 from jax.sharding import Mesh
-from purejaxrl_opt import algos, parallel, runner, sweep
-from purejaxrl_opt.config import PPOConfig, TRPOConfig
+from purejaxrl_opt.core import algos
+from purejaxrl_opt.host import parallel, runner, sweep
+from purejaxrl_opt.config.schema import PPOConfig, TRPOConfig
 from tests.conftest import small_run
 
 
@@ -62,7 +63,8 @@ CHECKS = {
     "lanes": """
         import tempfile
         import jax, numpy as np
-        from purejaxrl_opt import algos, parallel, runner, sweep
+        from purejaxrl_opt.core import algos
+        from purejaxrl_opt.host import parallel, runner, sweep
         from tests.conftest import small_run
         assert len(jax.devices()) == 4
         run = small_run(num_seeds=4, total_timesteps=2048, eval_episodes=2)
@@ -112,8 +114,8 @@ CHECKS = {
     # the layout rules and the layout errors, raised before compiling (no training here)
     "layouts": """
         import tempfile
-        from purejaxrl_opt import parallel, runner
-        from purejaxrl_opt.config import ConfigError, NetworkConfig, PPOConfig
+        from purejaxrl_opt.host import parallel, runner
+        from purejaxrl_opt.config.schema import ConfigError, NetworkConfig, PPOConfig
         from tests.conftest import small_run
         run = small_run(PPOConfig(num_envs=4, num_steps=32, num_minibatches=2, update_epochs=2), num_seeds=2)
         # auto: the largest number of equal lane blocks that fits the devices (per data group)
@@ -143,8 +145,8 @@ CHECKS = {
     "runner": """
         import tempfile
         import numpy as np
-        from purejaxrl_opt import parallel, runner
-        from purejaxrl_opt.config import ConfigError, PPOConfig
+        from purejaxrl_opt.host import parallel, runner
+        from purejaxrl_opt.config.schema import ConfigError, PPOConfig
         from tests.conftest import small_run
         ppo = PPOConfig(num_envs=4, num_steps=32, num_minibatches=2, update_epochs=2)
         run = small_run(ppo, num_seeds=2, total_timesteps=4 * 32 * 3, eval_episodes=2)
@@ -254,13 +256,13 @@ def test_one_device_layout_is_inactive_and_settings_are_validated():
 
 WORKER = """
 import os, sys
-from purejaxrl_opt import parallel
+from purejaxrl_opt.host import parallel
 port, pid, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 info = parallel.initialize_distributed({"coordinator": f"127.0.0.1:{port}", "num_processes": 2,
                                         "process_id": pid, "init_timeout_s": 60})
 import jax, numpy as np
-from purejaxrl_opt import runner
-from purejaxrl_opt.config import PPOConfig
+from purejaxrl_opt.host import runner
+from purejaxrl_opt.config.schema import PPOConfig
 from tests.conftest import small_run
 assert jax.process_count() == 2 and len(jax.devices()) == 2, jax.devices()
 run = small_run(PPOConfig(num_envs=4, num_steps=32, num_minibatches=2, update_epochs=2), num_seeds=1,

@@ -34,7 +34,7 @@ def _leaves(tree, prefix=""):
 @pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("task", TASKS)
 def test_env_file_and_tuned_file_compose(task, algo):
-    from purejaxrl_opt.config import from_dictconfig
+    from purejaxrl_opt.config.schema import from_dictconfig
 
     tuned_path = ROOT / "conf" / "tuned" / f"{algo}_playground" / f"{task}.yaml"
     tuned = OmegaConf.to_container(OmegaConf.load(tuned_path))

@@ -7,8 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxrl_opt import algos, sweep
-from purejaxrl_opt.config import PPOConfig
+from purejaxrl_opt.core import algos
+from purejaxrl_opt.host import sweep
+from purejaxrl_opt.config.schema import PPOConfig
 from tests.conftest import small_run
 
 RANDOM_CARTPOLE_RETURN = 22.0  # mean episode length of a uniformly random CartPole policy
@@ -90,7 +91,7 @@ def test_learning_rate_anneals_linearly(cartpole_ppo_result):
 
 
 def test_continuous_actions_with_obs_norm_run_and_stay_finite():
-    from purejaxrl_opt.config import EnvConfig, RunConfig
+    from purejaxrl_opt.config.schema import EnvConfig, RunConfig
 
     run = RunConfig(algo=PPOConfig(num_envs=4, num_steps=32, num_minibatches=2),
                     env=EnvConfig(id="Pendulum-v1", normalize_obs=True), total_timesteps=4096,
@@ -140,7 +141,7 @@ def test_periodic_evaluation_every_n_updates_changes_no_training_number():
 def test_env_step_counter_is_exact_past_float32():
     """The cumulative env-step counter is an integer: exact across 2^24 (where float32 stops
     counting odd steps) and 2^31, through the metrics buffer and :func:`host_metrics`."""
-    from purejaxrl_opt.algos.base import NOT_RUN, host_metrics, init_loop, run_updates
+    from purejaxrl_opt.core.algos.base import NOT_RUN, host_metrics, init_loop, run_updates
 
     run = small_run(PPOConfig(num_envs=3, num_steps=7, update_epochs=1, num_minibatches=1),
                     num_seeds=1, total_timesteps=3 * 7 * 4)
@@ -162,9 +163,9 @@ def test_env_step_counter_is_exact_past_float32():
 def test_critic_hidden_sizes_set_the_critic_widths_only(recurrent):
     """``network.critic_hidden_sizes`` (Brax's PPO for Playground: a 4 x 32 policy, a 5 x 256 value
     net): the critic's kernels have those widths, the actor's keep ``hidden_sizes``; null = the actor's."""
-    from purejaxrl_opt.config import ConfigError, NetworkConfig
+    from purejaxrl_opt.config.schema import ConfigError, NetworkConfig
     from purejaxrl_opt.envs import EnvSpec
-    from purejaxrl_opt.policies import make_policy, make_value
+    from purejaxrl_opt.core.models.policies import make_policy, make_value
 
     spec = EnvSpec("Pendulum-v1", (3,), False, 1, -2.0, 2.0, 200)
 

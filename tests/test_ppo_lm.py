@@ -1,4 +1,4 @@
-"""PPO on a language model with a value LM (purejaxrl_opt/algos/ppo_lm.py) on a tiny random model: the
+"""PPO on a language model with a value LM (purejaxrl_opt/core/algos/ppo_lm.py) on a tiny random model: the
 per-token rewards and GAE against a loop over tokens, the loss against a hand computation (and exact
 micro-batch accumulation), an update changing the policy and the value model, and the value model
 learning a constant reward."""
@@ -9,13 +9,13 @@ import jax
 import numpy as np
 import pytest
 
-from purejaxrl_opt.algos import ppo_lm
-from purejaxrl_opt.config import hyperparameters
-from purejaxrl_opt.errors import ConfigError
-from purejaxrl_opt.lm.tiny import tiny_model
-from purejaxrl_opt.lm_config import LMTrainConfig, ModelConfig, PPOLMConfig
-from purejaxrl_opt.lm_policy import Batch, sequences
-from purejaxrl_opt.models import sampling
+from purejaxrl_opt.core.algos import ppo_lm
+from purejaxrl_opt.config.schema import hyperparameters
+from purejaxrl_opt.config.errors import ConfigError
+from purejaxrl_opt.host.lm.tiny import tiny_model
+from purejaxrl_opt.config.lm import LMTrainConfig, ModelConfig, PPOLMConfig
+from purejaxrl_opt.core.stages.lm_policy import Batch, sequences
+from purejaxrl_opt.core.models import sampling
 
 P, T = 6, 4
 

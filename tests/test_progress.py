@@ -1,4 +1,4 @@
-"""Progress bars (purejaxrl_opt/progress.py and the console sink): on a real pseudo-terminal a job
+"""Progress bars (purejaxrl_opt/host/progress.py and the console sink): on a real pseudo-terminal a job
 prints a bar with the steps done of the total, the rate and the time left; to a pipe it prints no bar
 at all. The fast tests drive the bars from a tiny child process (no JAX compile); the slow ones run
 the training and SFT command lines on a pseudo-terminal.
@@ -59,8 +59,8 @@ def run_in_pipe(args: list[str], env: dict | None = None, timeout: float = 120) 
 CHILD = textwrap.dedent("""
     import time
     import numpy as np
-    from purejaxrl_opt.loggers import Console
-    from purejaxrl_opt.progress import Bar, write
+    from purejaxrl_opt.host.loggers import Console
+    from purejaxrl_opt.host.progress import Bar, write
 
     with Bar(600, unit="steps", desc="job") as bar:
         for i in range(1, 7):
@@ -96,7 +96,7 @@ def test_a_pipe_gets_no_bar():
 def test_a_disabled_bar_is_a_no_op():
     import io
 
-    from purejaxrl_opt.progress import Bar, is_terminal
+    from purejaxrl_opt.host.progress import Bar, is_terminal
 
     stream = io.StringIO()
     assert not is_terminal(stream) and not is_terminal(object())
@@ -114,8 +114,8 @@ def test_sft_in_blocks_is_bitwise_one_call():
     import numpy as np
 
     from purejaxrl_opt import envs, sft
-    from purejaxrl_opt.config import EnvConfig, NetworkConfig
-    from purejaxrl_opt.policies import make_policy
+    from purejaxrl_opt.config.schema import EnvConfig, NetworkConfig
+    from purejaxrl_opt.core.models.policies import make_policy
 
     net = NetworkConfig(kind="transformer", d_model=16, num_layers=1, num_heads=2, mlp_ratio=2)
     env_cfg = EnvConfig(id="Addition-v0", params={"min_digits": 1, "max_digits": 1})

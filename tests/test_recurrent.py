@@ -12,14 +12,16 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from purejaxrl_opt import algos, envs, natural_gradient as ng, rollout
-from purejaxrl_opt.actor_critic import make_stage, replay_actor, replay_critic
-from purejaxrl_opt.config import (ConfigError, EnvConfig, GRPOConfig, NetworkConfig, PPOConfig, RunConfig,
+from purejaxrl_opt.core import algos
+from purejaxrl_opt import envs
+from purejaxrl_opt.core.stages import natural_gradient as ng, rollout
+from purejaxrl_opt.core.stages.actor_critic import make_stage, replay_actor, replay_critic
+from purejaxrl_opt.config.schema import (ConfigError, EnvConfig, GRPOConfig, NetworkConfig, PPOConfig, RunConfig,
                                   TRPOConfig, from_dictconfig, hyperparameters)
-from purejaxrl_opt.distributions import Categorical, DiagGaussian
+from purejaxrl_opt.core.models.distributions import Categorical, DiagGaussian
 from purejaxrl_opt.envs import EnvSpec
-from purejaxrl_opt.networks import GATES
-from purejaxrl_opt.policies import make_policy, replay
+from purejaxrl_opt.core.models.networks import GATES
+from purejaxrl_opt.core.models.policies import make_policy, replay
 
 CARTPOLE = EnvSpec("CartPole-v1", (4,), True, 2, None, None, 500)
 
@@ -54,7 +56,7 @@ def _flax_to_fused(cell: str, flax_params) -> dict:
 def test_fused_cell_is_flaxs_cell_and_a_projected_sequence_is_its_steps(cell):
     import flax.linen as nn
 
-    from purejaxrl_opt.networks import RecurrentCell
+    from purejaxrl_opt.core.models.networks import RecurrentCell
 
     size, dim = 5, 3
     reference = nn.GRUCell(size) if cell == "gru" else nn.OptimizedLSTMCell(size)
@@ -89,7 +91,7 @@ def test_fused_cell_is_flaxs_cell_and_a_projected_sequence_is_its_steps(cell):
 def test_fused_init_draws_each_gate_block_like_flax():
     """The hidden-side kernel is orthogonal per [H, H] gate block (flax's per-gate init), not as a
     whole [H, 3H] matrix."""
-    from purejaxrl_opt.networks import RecurrentCell
+    from purejaxrl_opt.core.models.networks import RecurrentCell
 
     params = RecurrentCell("gru", 6).init(jax.random.PRNGKey(0), jnp.zeros((1, 6)), jnp.zeros((1, 18)))
     kernel = np.asarray(params["params"]["recurrent_kernel"])
@@ -105,8 +107,8 @@ def test_fused_init_draws_each_gate_block_like_flax():
 def test_scanned_sequence_and_its_derivatives_equal_plain_autodiff_of_the_steps(cell):
     """policies.scan_cell (a custom JVP, for speed) against scanning RecurrentCell.__call__ with
     JAX's own derivatives: outputs, gradients and forward-mode tangents, with resets inside."""
-    from purejaxrl_opt.networks import RecurrentCell
-    from purejaxrl_opt.policies import reset_where, scan_cell
+    from purejaxrl_opt.core.models.networks import RecurrentCell
+    from purejaxrl_opt.core.models.policies import reset_where, scan_cell
 
     size, steps, batch = 4, 6, 3
     module = RecurrentCell(cell, size)
@@ -270,7 +272,7 @@ def test_trpo_recurrent_update_runs_and_keeps_the_trust_region():
     run = _run(TRPOConfig(num_envs=4, num_steps=32, critic_minibatches=2, fvp_subsample=0.5),
                total_timesteps=4 * 32 * 3, eval_episodes=2)
     algo = algos.make_algorithm(run)
-    from purejaxrl_opt.algos.base import make_train
+    from purejaxrl_opt.core.algos.base import make_train
 
     out = jax.jit(make_train(algo))(jax.random.PRNGKey(0))
     kl = np.asarray(out.metrics["kl"]) if "kl" in out.metrics else None
@@ -288,7 +290,7 @@ def test_grpo_rescoring_from_the_zero_state_equals_the_rollouts_log_probs():
     env, env_params, spec = algos.make_env(run)
     policy = make_policy(spec, run.network)
     params = policy.init(jax.random.PRNGKey(0))
-    from purejaxrl_opt.distributions import for_spec
+    from purejaxrl_opt.core.models.distributions import for_spec
 
     dist = for_spec(True)
     batch = jax.jit(lambda k: rollout.group_rollout(env, env_params, spec, dist, policy, params, None, k, 2, 3,
@@ -338,7 +340,7 @@ def test_recurrent_config_is_checked_before_compiling():
 def test_head_sizes_put_hidden_layers_between_the_cell_and_each_output_layer():
     """``network.head_sizes`` (Craftax_Baselines' ppo_rnn.py: two 512 layers per head): actor and critic
     each compute out(act(W2 act(W1 h))) from the cell's state h; refused without a recurrent cell."""
-    from purejaxrl_opt.networks import RecurrentActor, RecurrentCritic, zero_memory
+    from purejaxrl_opt.core.models.networks import RecurrentActor, RecurrentCritic, zero_memory
 
     net = NetworkConfig(hidden_sizes=(16,), recurrent="gru", recurrent_size=8, head_sizes=(6, 5),
                         activation="relu")
@@ -368,7 +370,8 @@ def test_head_sizes_put_hidden_layers_between_the_cell_and_each_output_layer():
 @pytest.mark.slow
 # --------------------------------------------------------------------------- resume and sweeps
 def test_resume_and_in_compile_sweep_with_a_recurrent_state(tmp_path):
-    from purejaxrl_opt import checkpoint, runner, sweep
+    from purejaxrl_opt.formats import checkpoint
+    from purejaxrl_opt.host import runner, sweep
 
     run = _run(PPOConfig(num_envs=4, num_steps=32, num_minibatches=2), "lstm", num_seeds=2,
                total_timesteps=4 * 32 * 8, eval_episodes=2)

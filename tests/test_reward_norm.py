@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from purejaxrl_opt import envs
-from purejaxrl_opt.algos import make_algorithm
-from purejaxrl_opt.config import (ConfigError, EnvConfig, GRPOConfig, NetworkConfig, PPOConfig, RunConfig,
+from purejaxrl_opt.core.algos import make_algorithm
+from purejaxrl_opt.config.schema import (ConfigError, EnvConfig, GRPOConfig, NetworkConfig, PPOConfig, RunConfig,
                                   TRPOConfig)
 
 
@@ -58,8 +58,8 @@ def test_the_stage_feeds_gae_the_scaled_rewards_and_carries_each_envs_return():
     """One rollout through the PPO/TRPO stage, recomputed by hand from the same rollout: the env
     carries each env's discounted return (numpy loop), the statistics are those of every step's
     return, and the advantages are GAE on the rewards divided by their std."""
-    from purejaxrl_opt import rollout
-    from purejaxrl_opt.actor_critic import make_stage
+    from purejaxrl_opt.core.stages import rollout
+    from purejaxrl_opt.core.stages.actor_critic import make_stage
 
     run = _run(PPOConfig(num_envs=4, num_steps=32), env_params={"max_steps_in_episode": 20})
     env, env_params, spec = envs.make(run.env.id, dict(run.env.params))

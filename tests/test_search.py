@@ -1,4 +1,4 @@
-"""Hyperparameter search (purejaxrl_opt/search.py, hydra/sweeper=optuna): the shipped config, the
+"""Hyperparameter search (purejaxrl_opt/host/search.py, hydra/sweeper=optuna): the shipped config, the
 checks before launching, the objective, and a search end to end through the CLI, batched
 (sweep.batch=2: one compile for two trials) and unbatched (one job per trial, joblib launcher)."""
 
@@ -17,8 +17,8 @@ from omegaconf import OmegaConf
 
 pytest.importorskip("optuna")
 
-from purejaxrl_opt import search, stats, sweep  # noqa: E402
-from purejaxrl_opt.config import ALGO_CONFIGS, ConfigError  # noqa: E402
+from purejaxrl_opt.host import search, stats, sweep  # noqa: E402
+from purejaxrl_opt.config.schema import ALGO_CONFIGS, ConfigError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # CartPole, 2 seeds, 8 updates of 4 envs x 128 steps: a compile and a few seconds per job
@@ -128,7 +128,7 @@ def test_batched_job_overrides_hold_the_suggestions_in_order():
     assert overrides == ["env=Acrobot-v1", "sweep.batch=2",
                          "sweep.vmap={algo.lr: [0.001, 2.5e-05], algo.gamma: [0.99, 0.9]}", "sweep.mode=zip"]
     cfg = compose(TINY + overrides)
-    from purejaxrl_opt.config import from_dictconfig
+    from purejaxrl_opt.config.schema import from_dictconfig
 
     base = search._base_config(cfg)
     plan = sweep.plan_from_config(OmegaConf.to_container(base.sweep), from_dictconfig(base))

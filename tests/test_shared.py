@@ -12,10 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxrl_opt.actor_critic import Sequences, make_networks, replay_actor, replay_critic
-from purejaxrl_opt.config import ConfigError, GRPOConfig, NetworkConfig, PPOConfig, TRPOConfig
+from purejaxrl_opt.core.stages.actor_critic import Sequences, make_networks, replay_actor, replay_critic
+from purejaxrl_opt.config.schema import ConfigError, GRPOConfig, NetworkConfig, PPOConfig, TRPOConfig
 from purejaxrl_opt.envs import EnvSpec
-from purejaxrl_opt.policies import make_policy, make_value, shared_apply
+from purejaxrl_opt.core.models.policies import make_policy, make_value, shared_apply
 from tests.conftest import small_run
 
 A = 3  # actions; an env with action masks carries them as the observation's last A entries
@@ -136,7 +136,7 @@ def test_ppo_with_a_shared_trunk_learns_cartpole():
     ``network.shared=true total_timesteps=60000 num_seeds=16 eval_episodes=8``): final return per seed
     85..412, mean 256 (separate networks, same seeds: 351..500, mean 436; a random policy: ~22). The
     test wants > 55 (2.5x random) on each of its 2 seeds."""
-    from purejaxrl_opt import runner
+    from purejaxrl_opt.host import runner
 
     run = small_run(num_seeds=2, total_timesteps=60_000, eval_episodes=8, network=NetworkConfig(shared=True))
     import tempfile

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from purejaxrl_opt import stats
+from purejaxrl_opt.host import stats
 
 
 def test_iqm_by_hand():

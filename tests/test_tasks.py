@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from purejaxrl_opt.envs import tasks, tokens as te
-from purejaxrl_opt.errors import ConfigError
-from purejaxrl_opt.evaluation import pass_at_k
+from purejaxrl_opt.config.errors import ConfigError
+from purejaxrl_opt.core.stages.evaluation import pass_at_k
 
 ROOT = Path(__file__).resolve().parents[1]
 

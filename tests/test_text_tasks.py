@@ -1,4 +1,4 @@
-"""Language-model tasks, prompt data and reward functions (purejaxrl_opt/lm/tasks.py, data.py,
+"""Language-model tasks, prompt data and reward functions (purejaxrl_opt/host/lm/tasks.py, data.py,
 rewards.py): hand-made cases, an independent solver for Countdown and a re-reading of the word
 problems. Plain Python: nothing is compiled."""
 
@@ -12,9 +12,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from purejaxrl_opt.errors import ConfigError
-from purejaxrl_opt.lm import data, rewards, tasks
-from purejaxrl_opt.lm.tasks import ExpressionError, countdown_check, parse_expression
+from purejaxrl_opt.config.errors import ConfigError
+from purejaxrl_opt.host.lm import data, rewards, tasks
+from purejaxrl_opt.host.lm.tasks import ExpressionError, countdown_check, parse_expression
 
 
 @pytest.mark.parametrize("text,value,numbers", [

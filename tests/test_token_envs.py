@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from purejaxrl_opt.envs import tokens as te
-from purejaxrl_opt.config import ConfigError
+from purejaxrl_opt.config.schema import ConfigError
 from tests import cli_lifecycle
 
 

@@ -13,13 +13,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxrl_opt import algos, envs, pretrained, rollout, runner, sft
-from purejaxrl_opt.algos import make_algorithm
-from purejaxrl_opt.config import ConfigError, EnvConfig, GRPOConfig, NetworkConfig, PPOConfig, RunConfig, \
+from purejaxrl_opt.core import algos
+from purejaxrl_opt import envs, sft
+from purejaxrl_opt.core.models import pretrained
+from purejaxrl_opt.host import runner
+from purejaxrl_opt.core.stages import rollout
+from purejaxrl_opt.core.algos import make_algorithm
+from purejaxrl_opt.config.schema import ConfigError, EnvConfig, GRPOConfig, NetworkConfig, PPOConfig, RunConfig, \
     TRPOConfig
-from purejaxrl_opt.distributions import Categorical
-from purejaxrl_opt.policies import episode_tokens, make_policy
-from purejaxrl_opt.algos.base import host_metrics
+from purejaxrl_opt.core.models.distributions import Categorical
+from purejaxrl_opt.core.models.policies import episode_tokens, make_policy
+from purejaxrl_opt.core.algos.base import host_metrics
 
 NET = NetworkConfig(kind="transformer", d_model=32, num_layers=1, num_heads=2, mlp_ratio=2)
 ONE_DIGIT = {"min_digits": 1, "max_digits": 1}

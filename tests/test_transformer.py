@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import purejaxrl_opt.transformer as tr
-from purejaxrl_opt.transformer import (CausalTransformer, KVCache, decode, init_cache, init_params,
+import purejaxrl_opt.core.models.transformer as tr
+from purejaxrl_opt.core.models.transformer import (CausalTransformer, KVCache, decode, init_cache, init_params,
                                        prefill)
 
 VOCAB, OUT, MAX_LEN = 11, 7, 12

@@ -22,9 +22,11 @@ import pytest
 import yaml
 
 import purejaxrl_opt.train  # noqa: F401 - XLA flags of the CLI, set before JAX starts
-from purejaxrl_opt import checkpoint, evaluate, report, sweep
-from purejaxrl_opt.checkpoint import CheckpointError
-from purejaxrl_opt.config import ConfigError, from_dictconfig
+from purejaxrl_opt.formats import checkpoint
+from purejaxrl_opt.host import report, sweep
+from purejaxrl_opt import evaluate
+from purejaxrl_opt.formats.checkpoint import CheckpointError
+from purejaxrl_opt.config.schema import ConfigError, from_dictconfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["env=CartPole-v1", "algo=ppo", "num_seeds=2", "total_timesteps=4096", "eval_episodes=4"]
@@ -105,7 +107,7 @@ def test_bad_sweeps_are_refused(base_run, section, message):
 
 
 def test_chunks_end_on_every_checkpoint_and_resume_point():
-    from purejaxrl_opt.runner import chunk_sizes, chunk_stops
+    from purejaxrl_opt.host.runner import chunk_sizes, chunk_stops
 
     assert chunk_stops(39, 1) == [39]
     assert chunk_stops(39, 10) == list(np.cumsum(chunk_sizes(39, 10)))
@@ -118,7 +120,7 @@ def test_chunks_end_on_every_checkpoint_and_resume_point():
 def test_console_progress_bar_and_lines():
     import io
 
-    from purejaxrl_opt.loggers import Console
+    from purejaxrl_opt.host.loggers import Console
 
     metrics = {"env_steps": np.array([[512.0, 1024, np.nan, np.nan]] * 2),
                "return_mean": np.array([[10.0, 20.0, np.nan, np.nan]] * 2)}
@@ -147,7 +149,7 @@ def test_console_progress_bar_and_lines():
 # =====================================================================================================
 def read_wandb_records(path: Path) -> list:
     """Records of a W&B transaction log (``run-*.wandb``), read with the project's reader."""
-    from purejaxrl_opt.loggers import read_wandb_file
+    from purejaxrl_opt.host.loggers import read_wandb_file
 
     return read_wandb_file(path)
 
@@ -195,9 +197,9 @@ def test_a_sweep_lane_is_the_run_with_those_values(sweep_run):
     tolerance."""
     import jax
 
-    from purejaxrl_opt import algos
-    from purejaxrl_opt.algos.base import make_train
-    from purejaxrl_opt.sweep import lane_keys
+    from purejaxrl_opt.core import algos
+    from purejaxrl_opt.core.algos.base import make_train
+    from purejaxrl_opt.host.sweep import lane_keys
 
     _, result, _ = sweep_run
     run = from_dictconfig(compose(TINY + ["algo.lr=0.0003", "algo.clip_eps=0.3"]))
@@ -259,7 +261,7 @@ def _update_rows_once_written(out: Path, count: int, timeout: float = 60.0) -> l
     ``count`` of them are on disk or ``timeout`` seconds pass: ``wandb.finish`` returns before W&B's
     service process has written its buffered records when the machine is loaded (seen once under
     pytest-xdist on 2 cores: the file there, no rows yet). Fewer rows after the wait fail the test."""
-    from purejaxrl_opt.loggers import read_wandb_history
+    from purejaxrl_opt.host.loggers import read_wandb_history
 
     def _rows() -> list[dict]:
         (log,) = out.glob("wandb/offline-run-*/run-*.wandb")
@@ -281,8 +283,9 @@ def test_wandb_logs_every_nth_update_and_the_last(tmp_path, monkeypatch):
     """``logger.every_updates=3``: the rows of updates 2, 5, 8 and the last (9) reach W&B, each with
     its own values; 0 (auto) logs every update of a run under 1000 updates (the sink is driven with
     a run's metrics directly: no training)."""
-    from purejaxrl_opt import algos, loggers
-    from purejaxrl_opt.config import PPOConfig
+    from purejaxrl_opt.core import algos
+    from purejaxrl_opt.host import loggers
+    from purejaxrl_opt.config.schema import PPOConfig
     from tests.conftest import small_run
 
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -321,7 +324,7 @@ def test_wandb_logs_every_nth_update_and_the_last(tmp_path, monkeypatch):
 def test_wandb_system_stats_and_console_capture_are_opt_in():
     import wandb
 
-    from purejaxrl_opt import loggers
+    from purejaxrl_opt.host import loggers
 
     lean = loggers.make_loggers({"kind": "wandb"}, "off")[1]
     full = loggers.make_loggers({"kind": "wandb", "system_stats": True, "capture_console": True}, "off")[1]
@@ -340,7 +343,7 @@ def test_wandb_system_stats_and_console_capture_are_opt_in():
 @pytest.mark.slow
 def test_gif_of_one_episode(sweep_run, tmp_path):
     pytest.importorskip("pygame", reason="classic-control rendering needs pygame")
-    from purejaxrl_opt import algos
+    from purejaxrl_opt.core import algos
 
     _, result, cfg = sweep_run
     algo = algos.make_algorithm(from_dictconfig(cfg))
@@ -356,7 +359,7 @@ def test_evaluate_gif_goes_to_the_same_wandb_run(sweep_run, tmp_path, monkeypatc
     RUN_DIR/wandb_run.json, its wandb dir although WANDB_DIR is no longer set), one step after the
     learning-curve image, read back from the offline log."""
     pytest.importorskip("pygame", reason="classic-control rendering needs pygame")
-    from purejaxrl_opt.loggers import read_wandb_history
+    from purejaxrl_opt.host.loggers import read_wandb_history
 
     out, result, _ = sweep_run
     run_dir = out / "run"
@@ -410,7 +413,7 @@ def killed_and_resumed(tmp_path_factory, cli_env):
                                stderr=subprocess.STDOUT)
     deadline = time.time() + 240
 
-    from purejaxrl_opt.loggers import read_wandb_history
+    from purejaxrl_opt.host.loggers import read_wandb_history
 
     def _rows_on_disk() -> int:  # history rows in the run's offline W&B log so far
         try:
@@ -488,7 +491,7 @@ def test_wandb_rows_survive_the_kill_and_the_resume_continues_the_same_run(kille
     last progress report (at least up to the checkpoint it resumes from), the resumed process logs
     into the same W&B run id from the next update, and together they hold updates 0..99 once each,
     with the values of metrics.csv."""
-    from purejaxrl_opt.loggers import read_wandb_history
+    from purejaxrl_opt.host.loggers import read_wandb_history
 
     _, run_dir, steps_at_kill, _, logged_at_kill = killed_and_resumed
     state = json.loads((run_dir / "wandb_run.json").read_text())
@@ -541,8 +544,8 @@ def copied_run(killed_and_resumed, tmp_path):
 
 
 def _restore(run_dir: Path, overrides: list[str]):
-    from purejaxrl_opt import algos
-    from purejaxrl_opt.runner import loop_shape
+    from purejaxrl_opt.core import algos
+    from purejaxrl_opt.host.runner import loop_shape
     import jax
     import jax.numpy as jnp
 
@@ -600,7 +603,7 @@ def test_unfinished_checkpoints_are_invisible(tmp_path):
 # =====================================================================================================
 @pytest.fixture()
 def no_compile(monkeypatch):
-    from purejaxrl_opt import runner
+    from purejaxrl_opt.host import runner
 
     def _refuse(*args, **kwargs):
         raise AssertionError("compiled despite bad input")
@@ -639,7 +642,7 @@ def test_resume_without_checkpoint_and_fresh_run_over_checkpoints(no_compile, tm
 
 
 def test_wandb_online_without_credentials(no_compile, tmp_path, monkeypatch):
-    from purejaxrl_opt import loggers
+    from purejaxrl_opt.host import loggers
     from purejaxrl_opt.train import run_from_config
 
     monkeypatch.delenv("WANDB_API_KEY", raising=False)

@@ -1,11 +1,11 @@
-"""The CLI's default XLA flags (purejaxrl_opt/xla_flags.py): set only on CPU-only installs, never
+"""The CLI's default XLA flags (purejaxrl_opt/host/xla_flags.py): set only on CPU-only installs, never
 over a user's own flags."""
 
 from __future__ import annotations
 
 import pytest
 
-from purejaxrl_opt import xla_flags
+from purejaxrl_opt.host import xla_flags
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 Hydra instantiates sweepers only from the ``hydra_plugins`` namespace and imports every module in it
 when any app starts, so this module stays light: the search itself (Optuna's ask/tell, batches of
-suggestions per compiled job) is :class:`purejaxrl_opt.search.BatchedOptunaSweeperImpl`, imported
+suggestions per compiled job) is :class:`purejaxrl_opt.host.search.BatchedOptunaSweeperImpl`, imported
 when the sweeper is built.
 """
 
@@ -38,7 +38,7 @@ class BatchedOptunaSweeper(Sweeper):
 
     def __init__(self, **settings: Any) -> None:
         try:
-            from purejaxrl_opt.search import BatchedOptunaSweeperImpl
+            from purejaxrl_opt.host.search import BatchedOptunaSweeperImpl
         except ImportError as error:  # the search extra is not installed
             raise ImportError(f"hydra/sweeper=optuna needs Optuna and its Hydra sweeper: "
                               f"pip install -e '.[search]' ({error})") from error

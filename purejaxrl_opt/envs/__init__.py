@@ -28,7 +28,7 @@ from purejaxrl_opt.envs.normalisation import (ObsNormState, discounted_returns, 
                                               reward_norm_scale)
 from purejaxrl_opt.envs.protocol import EnvSpec, keyed_reset, spec_of
 from purejaxrl_opt.envs.wrappers import MaskedObservation
-from purejaxrl_opt.errors import ConfigError
+from purejaxrl_opt.config.errors import ConfigError
 
 
 def make(env_id: str, params_overrides: dict[str, Any] | None = None,

@@ -48,7 +48,7 @@ from gymnax.environments.environment import Environment
 from craftax.craftax_env import make_craftax_env_from_name
 
 from purejaxrl_opt.envs.options import Option, check
-from purejaxrl_opt.errors import ConfigError
+from purejaxrl_opt.config.errors import ConfigError
 
 LIBRARY = "craftax"
 _IDS = ("Craftax-Classic-Symbolic-v1", "Craftax-Classic-Pixels-v1", "Craftax-Symbolic-v1",

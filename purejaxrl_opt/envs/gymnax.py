@@ -18,7 +18,7 @@ from typing import Any, Mapping
 import gymnax
 
 from purejaxrl_opt.envs.options import Option, check
-from purejaxrl_opt.errors import ConfigError
+from purejaxrl_opt.config.errors import ConfigError
 
 LIBRARY = "gymnax"
 # MNISTBandit downloads MNIST at construction time: not usable offline, so not offered

@@ -50,7 +50,7 @@ from jumanji.types import StepType
 
 from purejaxrl_opt.envs.options import Option, check
 from purejaxrl_opt.envs.protocol import ResetWhereDone
-from purejaxrl_opt.errors import ConfigError
+from purejaxrl_opt.config.errors import ConfigError
 
 LIBRARY = "jumanji"
 

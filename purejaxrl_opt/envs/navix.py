@@ -40,7 +40,7 @@ from navix import observations as nx_obs
 from navix.entities import EntityIds
 
 from purejaxrl_opt.envs.options import Option, check
-from purejaxrl_opt.errors import ConfigError
+from purejaxrl_opt.config.errors import ConfigError
 
 LIBRARY = "navix"
 

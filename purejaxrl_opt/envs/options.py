@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from purejaxrl_opt.errors import ConfigError
+from purejaxrl_opt.config.errors import ConfigError
 
 KINDS = ("bool", "int", "float", "str", "array", "mapping")
 

@@ -86,7 +86,7 @@ from mujoco_playground._src import dm_control_suite, locomotion, manipulation, m
 
 from purejaxrl_opt.envs.options import Option, check  # noqa: E402
 from purejaxrl_opt.envs.protocol import ResetWhereDone  # noqa: E402
-from purejaxrl_opt.errors import ConfigError  # noqa: E402
+from purejaxrl_opt.config.errors import ConfigError  # noqa: E402
 
 LIBRARY = "playground"
 # the env id prefixes this module serves: ``playground/<name>`` and ``brax/<name>``

@@ -26,7 +26,7 @@ import importlib.util
 from dataclasses import dataclass
 from types import ModuleType
 
-from purejaxrl_opt.errors import ConfigError
+from purejaxrl_opt.config.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from purejaxrl_opt.errors import ConfigError
+from purejaxrl_opt.config.errors import ConfigError
 
 # --------------------------------------------------------------------------- vocabulary
 VOCAB: tuple[str, ...] = ("<pad>", "<eos>", *(str(d) for d in range(10)), "+", "=")

@@ -15,7 +15,7 @@ Design
   ``env.params`` into the env's own options (:data:`purejaxrl_opt.envs.tasks.ENV_OPTIONS`) and the task's
   constructor options, builds the task, and checks it by tracing its sampler and every reward function
   once (``jax.eval_shape``): a wrong shape or dtype, a prompt longer than the buffer, a duplicate
-  reward name is a :class:`~purejaxrl_opt.errors.ConfigError` naming the task, before any compile.
+  reward name is a :class:`~purejaxrl_opt.config.errors.ConfigError` naming the task, before any compile.
 * **EnvParams** (pytree of scalars, may be traced or vmapped): ``split`` (0 train, 1 test),
   ``weights`` (reward name -> weight; ``env.params.reward_weights`` overrides the task's) and
   ``max_steps_in_episode`` (the answer limit, which the library reads as the episode limit; it may be
@@ -49,7 +49,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from purejaxrl_opt.errors import ConfigError
+from purejaxrl_opt.config.errors import ConfigError
 from purejaxrl_opt.envs.tasks import (ARITH_VOCAB, DIGIT0, ENV_OPTIONS, EOS, EOS_CHAR, EQUALS, PAD,  # noqa: F401
                                       PLUS, TIMES, VOCAB, Sample, Task, _is_int, _is_real, bad_option,
                                       hash_prompt)

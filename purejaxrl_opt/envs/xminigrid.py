@@ -57,7 +57,7 @@ from xminigrid.types import StepType
 
 from purejaxrl_opt.envs.options import Option, check
 from purejaxrl_opt.envs.protocol import ResetWhereDone
-from purejaxrl_opt.errors import ConfigError
+from purejaxrl_opt.config.errors import ConfigError
 
 LIBRARY = "xminigrid"
 

@@ -1,0 +1,405 @@
+"""GRPO (Shao et al. 2024, DeepSeekMath) on environments: no critic, group-relative advantages.
+
+Each update resets ``num_groups`` start states and rolls ``group_size`` complete episodes ``o_i``
+from each (same-start grouping: the episodes of a group share their reset key, as GRPO's answers
+share their question; ``grouping: unrelated`` gives every episode its own start). An episode's
+outcome reward ``R_i`` is its (optionally discounted) return; its advantage is the z-score of that
+outcome inside its group, ``A_i = (R_i - mean(R)) / std(R)``, the same for all of its steps
+(:func:`group_advantages`; per-step rewards with ``process_supervision``). The policy then maximises
+
+    J(theta) = reduce_{i,t} [ min(rho_it A_i, clip(rho_it, 1-eps, 1+eps_high) A_i)
+                              - beta k3(pi_theta || pi_ref)_it + ent_coef H_it ],
+    rho_it = pi_theta(o_it) / pi_old(o_it)
+
+over ``update_epochs x num_minibatches`` passes (:func:`policy_objective`), where minibatches hold
+whole episodes and steps after an episode's end count nowhere. Variants, each a config key
+(conf/algo/grpo.yaml), with TRL's GRPOTrainer names where it has one:
+
+* ``reduce``: ``loss_norm`` / ``loss_type`` (grpo: per-episode mean then mean, bnpo/dapo: token
+  mean, dr_grpo: a constant), ``scale_rewards`` (group / batch / none);
+* ``importance_sampling_level=sequence`` (GSPO): ``rho_it = exp(mean_t log(pi_theta/pi_old))``;
+* ``delta``: two-sided clipping, ``rho`` capped at ``delta`` in the unclipped term;
+* ``kl_importance_weight``: ``k3`` weighted by ``pi_theta/pi_old`` (:func:`losses.k3_kl`);
+* DAPO: ``epsilon_high`` (clip-higher), ``dynamic_sampling_oversample`` (keep groups with reward
+  spread, :func:`select_groups`), ``overlong_buffer`` (soft length penalty, :func:`overlong_penalty`)
+  and, with TRL, ``mask_truncated_completions`` (token envs).
+
+``pi_ref`` is frozen: its parameters *and* the observation statistics it is scored with
+(``env.normalize_obs``) are snapshotted together, at the start and every ``ref_update_every``
+updates, so the KL pulls toward a fixed policy of the raw observation.
+
+Env-step budget: ``total_timesteps`` counts real (unmasked) episode steps, as PPO's and TRPO's count
+env steps; every rolled episode counts, also those dynamic sampling drops. A lane runs updates
+while its consumed steps are below ``total_timesteps`` (a ``while_loop`` over updates,
+:func:`purejaxrl_opt.core.algos.base.run_updates` with ``lane_active``), so it uses at least all of the
+budget and at most one update's steps more. The metrics buffer has ``max_updates`` rows (default
+``GRPOConfig.num_updates``: every episode one step long, the most updates a run can ever need); rows
+of updates a lane did not run stay NaN.
+
+Per-step policies (MLP/CNN on gymnax envs) roll with :func:`rollout.group_rollout_until_done`, which
+stops once every episode has ended, and compute the loss over time blocks of ``loss_block_steps``
+steps covering only the first ``L`` (longest episode) steps (:mod:`purejaxrl_opt.core.stages.episode_losses`):
+neither the rollout nor the update pays for the padding up to the limit ``T``. Token envs (a
+transformer re-scoring whole answers in one causal pass), recurrent policies and the sequence-level
+ratio (which needs a whole episode before any of its steps) keep the full-length path:
+:func:`rollout.group_rollout` and :func:`make_loss_fn`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+from jax.flatten_util import ravel_pytree
+
+from purejaxrl_opt import envs
+from purejaxrl_opt.core.stages import rollout
+from purejaxrl_opt.core.algos.base import Algorithm
+from purejaxrl_opt.config.schema import GRPOConfig, RunConfig
+from purejaxrl_opt.core.models.distributions import for_spec
+from purejaxrl_opt.envs import EnvSpec
+from purejaxrl_opt.core.stages.episode_losses import (EpisodeBuffers, block_log_probs, buffer_bytes,
+                                          make_block_grad_fn)
+from purejaxrl_opt.config.errors import ConfigError
+# the objective and the advantages live one layer down, shared with the language-model trainer
+from purejaxrl_opt.core.stages.grpo_objective import ADV_EPS, group_advantages, overlong_penalty, policy_objective  # noqa: F401
+from purejaxrl_opt.core.stages.grpo_objective import has_spread as _has_spread
+from purejaxrl_opt.core.stages.optim import adam, minibatch_epochs
+from purejaxrl_opt.core.models.policies import Policy, as_policy, make_policy
+from purejaxrl_opt.core.models.pretrained import load_initial_actor
+from purejaxrl_opt.envs.tokens import EOS, reward_metric_names, reward_metrics
+
+METRICS = ("return_mean", "episode_length", "episodes", "kl_ref", "clip_frac", "approx_kl",
+           "zero_spread_groups", "group_return_std", "entropy", "policy_loss", "learning_rate")
+# with dynamic sampling: the share of the num_groups training groups that carry signal (reward
+# spread), and of the rolled groups that had spread
+DYNAMIC_SAMPLING_METRICS = ("kept_fraction", "spread_fraction")
+DIAGNOSTICS = ("policy_loss", "kl_ref", "entropy", "approx_kl", "clip_frac")
+
+
+
+@struct.dataclass
+class GRPOState:
+    params: dict  # {"actor": ...}: no critic
+    ref_params: Any  # actor params of pi_ref
+    opt_state: Any
+    obs_norm: envs.ObsNormState | None
+    env_steps: jnp.ndarray  # uint32: unmasked env steps consumed by this lane (for the budget)
+    key: jax.Array
+    # the observation statistics pi_ref is scored with, frozen with ref_params (None without
+    # env.normalize_obs)
+    ref_obs_norm: envs.ObsNormState | None = None
+
+
+class Minibatch(struct.PyTreeNode):
+    """Whole episodes, trajectory-major: leading axes ``[episodes, T]``."""
+
+    obs: jnp.ndarray  # normalised, [E, T, *obs_shape]
+    action: jnp.ndarray  # [E, T] or [E, T, D]
+    log_prob_old: jnp.ndarray  # [E, T]
+    log_prob_ref: jnp.ndarray  # [E, T]
+    advantages: jnp.ndarray  # [E, T]
+    mask: jnp.ndarray  # [E, T] bool
+
+
+# --------------------------------------------------------------------------- advantages (pure)
+def outcome_rewards(rewards: jnp.ndarray, mask: jnp.ndarray, discount) -> jnp.ndarray:
+    """``R_b = sum_t discount^t r_{b,t}`` over unmasked steps; ``rewards, mask [B, T]`` -> ``[B]``."""
+    weights = jnp.power(discount, jnp.arange(rewards.shape[-1], dtype=jnp.float32))
+    return jnp.sum(jnp.where(mask, rewards * weights, 0.0), axis=-1)
+
+
+def process_advantages(rewards: jnp.ndarray, mask: jnp.ndarray, scale: str,
+                       eps: float = ADV_EPS) -> jnp.ndarray:
+    """Process-supervision advantages ``[num_groups, G, T]`` from step rewards ``[num_groups, G, T]``.
+
+    Every unmasked step reward is normalised over all unmasked step rewards of its group,
+    ``rnorm = (r - mean_group) / (std + eps)`` (std: of the group, of every unmasked step reward in
+    the batch, or 1 for ``none``), and ``A_{i,t} = sum_{t' >= t} rnorm_{i,t'}``. Masked steps get 0.
+    """
+    weights = mask.astype(jnp.float32)
+    count = jnp.maximum(weights.sum(axis=(1, 2), keepdims=True), 1.0)
+    mean = jnp.sum(rewards * weights, axis=(1, 2), keepdims=True) / count
+    centred = rewards - mean
+    if scale == "group":
+        std = jnp.sqrt(jnp.sum(weights * centred**2, axis=(1, 2), keepdims=True) / count)
+        centred = centred / (std + eps)
+    elif scale == "batch":
+        total = jnp.maximum(weights.sum(), 1.0)
+        batch_mean = jnp.sum(rewards * weights) / total
+        centred = centred / (jnp.sqrt(jnp.sum(weights * (rewards - batch_mean) ** 2) / total) + eps)
+    elif scale != "none":
+        raise ValueError(f"unknown scale_rewards {scale!r}")
+    spread = _has_spread(rewards, mask)[:, None, None]
+    normalised = jnp.where(jnp.logical_and(mask, spread), centred, 0.0)
+    to_go = jnp.flip(jnp.cumsum(jnp.flip(normalised, -1), axis=-1), -1)
+    return jnp.where(mask, to_go, 0.0)
+
+
+def compute_advantages(cfg: GRPOConfig, rewards: jnp.ndarray, mask: jnp.ndarray, hparams,
+                       num_groups: int | None = None):
+    """Advantages ``[B, T]``, outcome rewards ``[B]`` and zero-spread group count, episodes ``[B, T]``
+    in ``num_groups`` (default ``cfg.num_groups``) groups of ``cfg.group_size``."""
+    advantages, outcomes, spread = group_signal(cfg, rewards, mask, hparams, num_groups)
+    return advantages, outcomes, jnp.sum(~spread).astype(jnp.float32)
+
+
+def group_signal(cfg: GRPOConfig, rewards: jnp.ndarray, mask: jnp.ndarray, hparams,
+                 num_groups: int | None = None):
+    """:func:`compute_advantages` with the per-group spread ``[num_groups]`` bool in place of its
+    count. With ``overlong_buffer``, :func:`overlong_penalty` is added to each episode's last reward
+    (the limit is ``T``, the answer limit of a token env)."""
+    num_groups = cfg.num_groups if num_groups is None else num_groups
+    num_episodes, num_steps = rewards.shape
+    if cfg.overlong_buffer > 0:
+        lengths = mask.sum(-1)
+        last = jnp.arange(num_steps) == (lengths - 1)[:, None]
+        rewards = rewards + jnp.where(last, overlong_penalty(
+            lengths, num_steps, cfg.overlong_buffer, cfg.overlong_penalty)[:, None], 0.0)
+    outcomes = outcome_rewards(rewards, mask, hparams["outcome_discount"])
+    if cfg.process_supervision:
+        shape = (num_groups, cfg.group_size, num_steps)
+        advantages = process_advantages(rewards.reshape(shape), mask.reshape(shape),
+                                        cfg.scale_rewards).reshape(num_episodes, num_steps)
+        spread = _has_spread(rewards.reshape(shape), mask.reshape(shape))
+    else:
+        grouped = outcomes.reshape(num_groups, cfg.group_size)
+        advantages = jnp.broadcast_to(group_advantages(grouped, cfg.scale_rewards).reshape(-1, 1),
+                                      (num_episodes, num_steps))
+        spread = _has_spread(grouped)
+    return advantages, outcomes, spread
+
+
+# --------------------------------------------------------------------------- dynamic sampling (pure)
+def select_groups(spread: jnp.ndarray, num_groups: int) -> jnp.ndarray:
+    """DAPO's dynamic sampling in fixed shapes: the indices ``[num_groups]`` of the groups to train
+    on, out of ``spread [num_sampled]`` (bool: does the group's reward vary?). Groups with spread
+    come first, in sampling order; when fewer than ``num_groups`` have spread, the remaining slots
+    hold zero-spread groups (in sampling order), whose advantages are exactly zero: they add
+    nothing to the surrogate, only to the reductions' denominators, the KL and entropy terms, as
+    every zero-spread group does without dynamic sampling (the ``kept_fraction`` metric shows how
+    full the batch was)."""
+    return jnp.argsort(~spread, stable=True)[:num_groups]
+
+
+def take_groups(batch: rollout.GroupBatch, groups: jnp.ndarray, group_size: int) -> rollout.GroupBatch:
+    """The episodes of ``groups`` (indices) of a group-major ``batch``: time-major fields along their
+    episode axis 1, per-episode fields along axis 0."""
+    episodes = (groups[:, None] * group_size + jnp.arange(group_size)).reshape(-1)
+    time_major = {"obs", "action", "log_prob", "reward", "mask"}
+    return batch._replace(**{name: jnp.take(x, episodes, axis=1 if name in time_major else 0)
+                             for name, x in batch._asdict().items()})
+
+
+def truncated_answers(action: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
+    """``[E]`` bool: token answers ``action, mask [E, T]`` that emitted no ``<eos>`` (cut at the
+    length limit), TRL's truncated completions."""
+    return ~jnp.any(jnp.logical_and(mask, action == EOS), axis=-1)
+
+
+# --------------------------------------------------------------------------- loss (pure)
+def make_loss_fn(policy: Policy, dist, loss_norm: str, cfg: GRPOConfig | None = None):
+    """``loss_fn(actor_params, mb: Minibatch, hparams) -> (loss, diagnostics)`` over whole episodes;
+    ``policy`` is a :class:`Policy` or a flax actor module."""
+    if not isinstance(policy, Policy):
+        policy = as_policy(policy.apply)
+
+    def loss_fn(actor_params, mb: Minibatch, hparams):
+        dist_params = policy.episode_apply(actor_params, mb.obs, mb.action)
+        log_prob = dist.log_prob(dist_params, mb.action)
+        return policy_objective(log_prob, mb.log_prob_old, mb.log_prob_ref, dist.entropy(dist_params),
+                                mb.advantages, mb.mask, hparams, loss_norm, cfg)
+
+    return loss_fn
+
+
+def make_block_objective(cfg: GRPOConfig):
+    """:func:`policy_objective` as one time block's share (:func:`episode_losses.make_block_grad_fn`)."""
+
+    def objective(log_prob, entropy, block: EpisodeBuffers, weighted_sum, step_sum, hparams):
+        return policy_objective(log_prob, block.log_prob_old, block.log_prob_ref, entropy,
+                                block.advantages, block.mask, hparams, cfg.reduction, cfg,
+                                reduce=weighted_sum, step_mean=step_sum)
+
+    return objective
+
+
+def reference_log_probs(policy: Policy, dist, state: GRPOState, obs, action) -> jnp.ndarray:
+    """``log pi_ref(action | obs)`` for whole episodes ``obs [E, T, *obs_shape]`` (raw), with the
+    reference's own frozen parameters and observation statistics."""
+    ref_obs = envs.obs_norm_apply(state.ref_obs_norm, obs)
+    return dist.log_prob(policy.episode_apply(state.ref_params, ref_obs, action), action)
+
+
+# --------------------------------------------------------------------------- static checks
+def episode_limit(cfg: GRPOConfig, spec: EnvSpec) -> int:
+    """Rollout length ``T``: ``max_episode_steps``, else the env's own episode limit."""
+    if cfg.max_episode_steps <= 0 and spec.max_steps <= 0:
+        raise ConfigError(f"{spec.env_id} has no episode limit: set grpo.max_episode_steps > 0 "
+                          "(GRPO rolls whole episodes without auto-reset)")
+    return cfg.rollout_length(spec.max_steps)
+
+
+def check_static(run: RunConfig, spec: EnvSpec) -> int:
+    """Bad input that needs the env: raise :class:`ConfigError` before compiling; returns ``T``."""
+    cfg: GRPOConfig = run.algo
+    num_steps = episode_limit(cfg, spec)
+    if cfg.overlong_buffer >= num_steps:
+        raise ConfigError(f"config key 'grpo.overlong_buffer' = {cfg.overlong_buffer} is invalid on "
+                          f"{spec.env_id}: must be 0 (off) or below the answer limit {num_steps}")
+    episodes = cfg.num_sampled_groups * cfg.group_size
+    needed = buffer_bytes(run.num_seeds, episodes, num_steps, spec.obs_shape, spec.num_actions,
+                          run.network, cfg.num_minibatches) / 2**30
+    if needed > cfg.max_memory_gb:
+        raise ConfigError(
+            f"GRPO on {spec.env_id} rolls whole episodes of up to {num_steps} steps: "
+            f"{run.num_seeds} seed(s) x {episodes} episodes x {num_steps} "
+            f"steps x obs {spec.obs_shape} need about {needed:.1f} GB, over grpo.max_memory_gb = "
+            f"{cfg.max_memory_gb}. Lower num_groups/group_size/dynamic_sampling_oversample/num_seeds, "
+            f"set grpo.max_episode_steps, or raise grpo.max_memory_gb")
+    return num_steps
+
+
+def uses_block_path(spec: EnvSpec, policy: Policy, cfg: GRPOConfig | None = None) -> bool:
+    """Early-stopped rollouts and the block-wise loss need a per-step policy: a feed-forward network
+    (MLP or CNN) on a gymnax env, and a per-token ratio. Token envs' transformers re-score whole
+    answers in one causal pass, a recurrent policy replays each episode from its zero start state,
+    and GSPO's sequence ratio needs the whole episode: full length."""
+    per_token = cfg is None or cfg.importance_sampling_level == "token"
+    return spec.vocab is None and policy.recurrence is None and per_token
+
+
+def block_layout(cfg: GRPOConfig, num_steps: int) -> tuple[int, int]:
+    """``(block_steps K, buffer_steps S)``: ``K = min(loss_block_steps, T)``, ``S`` = ``T`` rounded up
+    to a whole number of blocks."""
+    block_steps = min(cfg.loss_block_steps, num_steps)
+    return block_steps, -(-num_steps // block_steps) * block_steps
+
+
+# --------------------------------------------------------------------------- the algorithm
+def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
+    cfg: GRPOConfig = run.algo
+    num_steps = check_static(run, spec)
+    dist = for_spec(spec.discrete)
+    policy = make_policy(spec, run.network)
+    initial_actor = load_initial_actor(run, spec)
+    num_episodes = cfg.num_groups * cfg.group_size
+    num_sampled = cfg.num_sampled_groups
+    dynamic_sampling = cfg.dynamic_sampling_oversample > 1
+    num_updates = cfg.num_updates(run.total_timesteps, spec.max_steps)
+    loss_fn = make_loss_fn(policy, dist, cfg.reduction, cfg)
+    blocks = uses_block_path(spec, policy, cfg)
+    block_steps, buffer_steps = block_layout(cfg, num_steps)
+    block_grads = make_block_grad_fn(policy.apply, dist, make_block_objective(cfg), DIAGNOSTICS,
+                                     cfg.reduction, block_steps, num_steps)
+
+    def init(key, hparams):
+        actor_key, key = jax.random.split(key)
+        actor_params = policy.init(actor_key) if initial_actor is None else initial_actor
+        params = {"actor": actor_params}
+        opt_state = adam(hparams, hparams["lr"]).init(ravel_pytree(params)[0])
+        obs_norm = envs.obs_norm_init(spec.obs_shape) if run.env.normalize_obs else None
+        return GRPOState(params, actor_params, opt_state, obs_norm, jnp.zeros((), jnp.uint32), key,
+                         ref_obs_norm=obs_norm)
+
+    def _optimise_full(state: GRPOState, batch: rollout.GroupBatch, hparams, optimizer, shuffle_key):
+        """Whole ``[E, T]`` episodes per minibatch (token envs, recurrent policies, GSPO)."""
+        # trajectory-major, so that minibatches are whole episodes
+        raw_obs, action, log_prob, reward, mask = jax.tree_util.tree_map(
+            lambda x: jnp.swapaxes(x, 0, 1),
+            (batch.obs, batch.action, batch.log_prob, batch.reward, batch.mask))
+        obs = envs.obs_norm_apply(state.obs_norm, raw_obs)
+        advantages, outcomes, zero_spread = compute_advantages(cfg, reward, mask, hparams)
+        log_prob_ref = reference_log_probs(policy, dist, state, raw_obs, action)
+        loss_mask = (jnp.logical_and(mask, ~truncated_answers(action, mask)[:, None])
+                     if cfg.mask_truncated_completions else mask)
+        episodes = Minibatch(obs, action, log_prob, log_prob_ref, advantages, loss_mask)
+        flat_params, unravel = ravel_pytree(state.params)
+        grad_fn = jax.grad(lambda flat, mb: loss_fn(unravel(flat)["actor"], mb, hparams), has_aux=True)
+        flat_params, opt_state, diagnostics = minibatch_epochs(
+            grad_fn, optimizer, flat_params, state.opt_state, episodes, num_episodes,
+            cfg.num_minibatches, jax.random.split(shuffle_key, cfg.update_epochs))
+        return unravel(flat_params), opt_state, diagnostics, outcomes, zero_spread
+
+    def _optimise_blocks(state: GRPOState, batch: rollout.GroupBatch, rollout_steps, hparams,
+                         optimizer, shuffle_key):
+        """Time blocks over the first ``rollout_steps`` steps only; minibatches are episode indices."""
+        num_blocks = (rollout_steps + block_steps - 1) // block_steps
+        advantages, outcomes, zero_spread = compute_advantages(cfg, batch.reward.T, batch.mask.T,
+                                                               hparams)
+        log_prob_ref = block_log_probs(policy.apply, dist, state.ref_params, state.ref_obs_norm,
+                                       batch.obs, batch.action, num_blocks, block_steps)
+        data = EpisodeBuffers(batch.obs, batch.action, batch.log_prob, log_prob_ref, advantages.T,
+                              batch.mask, batch.lengths)
+        flat_params, unravel = ravel_pytree(state.params)
+
+        def grad_fn(flat, episodes):
+            return block_grads(flat, unravel, data, state.obs_norm, episodes, num_blocks, hparams)
+
+        flat_params, opt_state, diagnostics = minibatch_epochs(
+            grad_fn, optimizer, flat_params, state.opt_state, jnp.arange(num_episodes), num_episodes,
+            cfg.num_minibatches, jax.random.split(shuffle_key, cfg.update_epochs))
+        return unravel(flat_params), opt_state, diagnostics, outcomes, zero_spread
+
+    def update(state: GRPOState, hparams, update_idx):
+        key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
+        progress = jnp.maximum(update_idx / num_updates, state.env_steps / run.total_timesteps)
+        learning_rate = hparams["lr"] * (1.0 - progress) if cfg.anneal_lr else hparams["lr"]
+        optimizer = adam(hparams, learning_rate)
+        same_start = cfg.grouping == "same_start"
+        if blocks:
+            batch, rollout_steps = rollout.group_rollout_until_done(
+                env, env_params, spec, dist, policy.apply, state.params["actor"], state.obs_norm,
+                rollout_key, num_sampled, cfg.group_size, num_steps, same_start,
+                run.env.clip_actions, buffer_steps=buffer_steps)
+        else:
+            batch = rollout.group_rollout(
+                env, env_params, spec, dist, policy, state.params["actor"], state.obs_norm,
+                rollout_key, num_sampled, cfg.group_size, num_steps, same_start,
+                run.env.clip_actions)
+        sampled = batch
+        if dynamic_sampling:
+            spread = group_signal(cfg, batch.reward.T, batch.mask.T, hparams, num_sampled)[2]
+            batch = take_groups(batch, select_groups(spread, cfg.num_groups), cfg.group_size)
+        if blocks:
+            params, opt_state, diagnostics, outcomes, zero_spread = _optimise_blocks(
+                state, batch, rollout_steps, hparams, optimizer, shuffle_key)
+        else:
+            params, opt_state, diagnostics, outcomes, zero_spread = _optimise_full(
+                state, batch, hparams, optimizer, shuffle_key)
+        obs_norm = (envs.obs_norm_update(state.obs_norm, batch.obs, batch.mask)
+                    if state.obs_norm is not None else None)
+
+        ref_params, ref_obs_norm = state.ref_params, state.ref_obs_norm
+        if cfg.ref_update_every > 0:  # pi_ref <- pi_theta: parameters and statistics together
+            refresh = (update_idx + 1) % cfg.ref_update_every == 0
+            ref_params, ref_obs_norm = jax.tree_util.tree_map(
+                lambda new, old: jnp.where(refresh, new, old),
+                (params["actor"], obs_norm), (ref_params, ref_obs_norm))
+        env_steps = sampled.lengths.sum()
+        metrics = {k: v.mean() for k, v in diagnostics.items()}
+        metrics.update(
+            return_mean=sampled.returns.mean(), episode_length=sampled.lengths.mean(),
+            episodes=jnp.asarray(num_sampled * cfg.group_size, jnp.float32),
+            zero_spread_groups=zero_spread,
+            group_return_std=outcomes.reshape(cfg.num_groups, cfg.group_size).std(axis=1).mean(),
+            learning_rate=learning_rate, env_steps=env_steps)
+        if dynamic_sampling:
+            metrics.update(kept_fraction=1.0 - zero_spread / cfg.num_groups,
+                           spread_fraction=spread.mean())
+        metrics.update(reward_metrics(env, sampled.reward_terms))
+        new_state = GRPOState(params, ref_params, opt_state, obs_norm,
+                              state.env_steps + env_steps.astype(jnp.uint32), key, ref_obs_norm)
+        return new_state, metrics
+
+    def lane_active(state: GRPOState):
+        return state.env_steps < run.total_timesteps
+
+    return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=dist,
+                     policy=policy, init=init, update=update,
+                     policy_params=lambda s: (s.params["actor"], s.obs_norm),
+                     metric_names=(METRICS + (DYNAMIC_SAMPLING_METRICS if dynamic_sampling else ())
+                                   + reward_metric_names(env)),
+                     num_updates=num_updates, param_fn=lambda s: s.params, lane_active=lane_active)

@@ -1,0 +1,99 @@
+"""PPO (Schulman et al. 2017): clipped surrogate, GAE critic, minibatched Adam epochs.
+
+Only what is PPO lives here: the loss and the update's optimisation. The rollout, values, GAE and
+observation statistics are the shared actor-critic stage (actor_critic.py); the loop and evaluation are
+shared too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+from jax.flatten_util import ravel_pytree
+
+from purejaxrl_opt import envs
+from purejaxrl_opt.core.stages import losses, rollout
+from purejaxrl_opt.core.stages.actor_critic import Transitions, make_stage
+from purejaxrl_opt.core.algos.base import Algorithm
+from purejaxrl_opt.config.schema import PPOConfig, RunConfig
+from purejaxrl_opt.core.stages.optim import adam, annealed, minibatch_epochs
+
+METRICS = ("return_mean", "episode_length", "episodes", "policy_loss", "value_loss", "entropy",
+           "approx_kl", "clip_frac", "learning_rate")
+
+
+@struct.dataclass
+class PPOState:
+    params: dict  # {"actor": ..., "critic": ...} (network.shared: the critic's are {}, see Networks)
+    opt_state: Any
+    env: rollout.EnvCarry
+    obs_norm: envs.ObsNormState | None
+    key: jax.Array
+    reward_norm: envs.ObsNormState | None = None  # env.normalize_reward's return statistics
+
+
+def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Algorithm:
+    """PPO for ``run``. ``axis_name`` (default None: one device, bitwise the original numbers) makes it
+    data parallel over that mapped axis (``shard_map``): each device steps ``num_envs / n`` of the
+    agent's envs, env ``i`` of the global batch drawing the same keys on whichever device it lives
+    (:func:`rollout.env_keys`); gradients, advantage-normalisation statistics, episode statistics and
+    metrics are reduced over the axis, parameters and optimizer state stay replicated. Minibatches:
+    every device shuffles its own shard (its own key) and cuts it into ``num_minibatches`` pieces;
+    the global minibatch is the union of the devices' pieces (``num_envs*num_steps/num_minibatches``
+    samples in all), and its gradient is the ``pmean`` of the local ones.
+
+    Recurrent networks (``network.recurrent``): minibatches are ``num_envs / num_minibatches`` whole
+    env sequences (shuffled over envs, never over time), and the loss replays actor and critic over
+    each from the hidden states it started with (truncated backpropagation through ``num_steps``).
+    """
+    cfg: PPOConfig = run.algo
+    stage = make_stage(run, env, env_params, spec, axis_name)
+    networks, dist, data = stage.networks, stage.dist, stage.data
+    num_updates = cfg.num_updates(run.total_timesteps)
+
+    def init(key, hparams):
+        parts = stage.init(key)
+        params = {"actor": parts.actor_params, "critic": parts.critic_params}
+        # the optimizer works on one flat vector: one fused Adam update instead of one per leaf
+        opt_state = adam(hparams, hparams["lr"]).init(ravel_pytree(params)[0])
+        return PPOState(params, opt_state, parts.env, parts.obs_norm, parts.key, parts.reward_norm)
+
+    def loss_fn(params, mb: Transitions, hparams):
+        # recurrent: mb is Sequences ([M, T] leaves), replayed from their start states; every term is
+        # elementwise, then a plain mean
+        inputs = mb if networks.recurrent else mb.obs
+        dist_params, values = networks.actor_critic_apply(params, inputs)
+        log_prob = dist.log_prob(dist_params, mb.action)
+        advantages = (losses.normalize(mb.advantages, axis_name=axis_name) if cfg.normalize_advantages
+                      else mb.advantages)
+        return losses.ppo_objective(log_prob, mb.log_prob_old, advantages, values, mb.value_old, mb.returns,
+                                    dist.entropy(dist_params), hparams, cfg.clip_value, jnp.mean)
+
+    def update(state: PPOState, hparams, update_idx):
+        key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
+        experience = stage.experience(state.params["actor"], networks.critic_params(state.params), state.obs_norm,
+                                      state.env, rollout_key, hparams, state.reward_norm)
+        learning_rate = annealed(hparams["lr"], update_idx, num_updates, cfg.anneal_lr)
+        flat_params, unravel = ravel_pytree(state.params)
+        grad_fn = jax.grad(lambda flat, mb: loss_fn(unravel(flat), mb, hparams), has_aux=True)
+        # equal local minibatch sizes: the pmean of the gradients is the global mean loss's; every
+        # device shuffles its own shard (recurrent: leaves are [N, T], so these are minibatches of envs)
+        batch = experience.transitions
+        flat_params, opt_state, diagnostics = minibatch_epochs(
+            grad_fn, adam(hparams, learning_rate), flat_params, state.opt_state, batch,
+            batch.advantages.shape[0], cfg.num_minibatches, jax.random.split(shuffle_key, cfg.update_epochs),
+            reduce_grads=data.mean, shuffle_key=data.device_key)
+
+        metrics = {k: data.mean(v.mean()) for k, v in diagnostics.items()}
+        metrics.update(stage.episode_metrics(experience.stats), learning_rate=learning_rate)
+        obs_norm = stage.next_obs_norm(state.obs_norm, experience.raw_obs)
+        return (PPOState(unravel(flat_params), opt_state, experience.carry, obs_norm, key,
+                         experience.reward_norm), metrics)
+
+    return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=dist,
+                     policy=stage.policy, init=init, update=update,
+                     policy_params=lambda s: (s.params["actor"], s.obs_norm), metric_names=METRICS,
+                     num_updates=num_updates, param_fn=lambda s: s.params)
