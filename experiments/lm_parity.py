@@ -14,7 +14,12 @@ the project's own venv (no torch) and writes, with the commit and the command,
     and the reference's top-1/top-2 gap there (a gap below the logit error is a tie either side may
     break).
 
-    python experiments/lm_parity.py
+With ``--save-dir DIR`` it also writes the loaded model back as a Hugging Face directory
+(``LanguageModel.save``), loads that directory again and checks every parameter bitwise against the
+GGUF-loaded one (``saved`` in parity.json); ``lm_reference_smollm2.py saved --dir DIR`` then checks
+that transformers loads the same directory to the reference logits and greedy continuations.
+
+    python experiments/lm_parity.py --save-dir /tmp/smollm2_saved
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reference", default=str(RESULTS / "smollm2_reference.npz"))
     parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--save-dir", help="also save the model there (a new directory) and reload it")
     args = parser.parse_args()
     provenance = stamp()
 
@@ -83,11 +89,26 @@ def main() -> None:
         print(f"prompt {i}: max |diff| {diff:.2e}, greedy "
               + ("identical" if first is None else f"differs at step {first}"), flush=True)
 
+    saved = None
+    if args.save_dir:
+        lm.save(args.save_dir)
+        again = load(args.save_dir)
+        ours_leaves = jax.tree_util.tree_flatten_with_path(lm.params)[0]
+        theirs_leaves = jax.tree_util.tree_leaves(again.params)
+        mismatched = [jax.tree_util.keystr(path) for (path, a), b in zip(ours_leaves, theirs_leaves)
+                      if not (a.dtype == b.dtype and a.shape == b.shape and bool(jnp.array_equal(a, b)))]
+        same_structure = (jax.tree_util.tree_structure(lm.params) == jax.tree_util.tree_structure(again.params))
+        saved = {"dir": str(args.save_dir), "files": sorted(f.name for f in Path(args.save_dir).iterdir()),
+                 "params_bitwise_equal": same_structure and not mismatched, "mismatched_leaves": mismatched,
+                 "leaves": len(jax.tree_util.tree_leaves(lm.params)), "same_config": again.cfg == lm.cfg}
+        print(f"saved to {args.save_dir} and reloaded: params bitwise equal = {saved['params_bitwise_equal']}, "
+              f"same config = {saved['same_config']}", flush=True)
+
     overall = max(r["max_abs_logit_diff"] for r in rows)
     result = {**provenance, "model": GGUF, "dtype": "float32", "reference": str(Path(args.reference).name),
               "max_abs_logit_diff": overall, "bound": 2e-3,
               "greedy_identical": sum(r["greedy_identical"] for r in rows), "prompts": len(rows), "rows": rows,
-              "jax_version": jax.__version__}
+              "jax_version": jax.__version__, "saved": saved}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "parity.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -101,6 +122,11 @@ def main() -> None:
         where = "" if r["first_difference"] is None else f"{r['first_difference']} ({r['reference_gap_there']})"
         lines.append(f"| {r['prompt']} | {r['kind']} | {r['tokens']} | {r['max_abs_logit_diff']:.2e} | "
                      f"{r['greedy_tokens']} | {'yes' if r['greedy_identical'] else 'no'} | {where} |")
+    if saved is not None:
+        lines += ["", f"Saved as a Hugging Face directory ({', '.join(saved['files'])}) and loaded back: "
+                  f"{saved['leaves']} parameter arrays, bitwise equal: **{saved['params_bitwise_equal']}**, "
+                  f"same model config: {saved['same_config']}. transformers on that directory: "
+                  "`saved_transformers.json`."]
     (out / "parity.md").write_text("\n".join(lines) + "\n")
     print(f"max |diff| {overall:.2e}; greedy identical {result['greedy_identical']}/{len(rows)} -> {out}")
 

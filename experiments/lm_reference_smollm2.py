@@ -9,6 +9,7 @@ experiments/lm_reference.py with two more packages,
     /tmp/refvenv/bin/python experiments/lm_reference_smollm2.py reference
     /tmp/refvenv/bin/python experiments/lm_reference_smollm2.py bench
     /tmp/refvenv/bin/python experiments/lm_reference_smollm2.py hf-dir --out /tmp/smollm2_hf
+    /tmp/refvenv/bin/python experiments/lm_reference_smollm2.py saved --dir /tmp/smollm2_saved
 
 transformers dequantises every GGUF tensor to float32 (with the gguf package's numpy dequantiser) and
 undoes llama.cpp's permutation of the q/k rows; the model then runs in float32 with eager attention.
@@ -28,6 +29,13 @@ the first step where rounding could flip the choice. Arrays (N = 10 prompts, L =
 
 ``hf-dir`` writes the dequantised model as a Hugging Face safetensors directory (for
 experiments/bench_generate_tunix.py).
+
+``saved`` loads a directory that the project wrote (``experiments/lm_parity.py --save-dir DIR``: our
+loader on the GGUF, then ``LanguageModel.save``) with transformers' ``from_pretrained`` (model and
+tokenizer), and writes experiments/results/lm_parity/saved_transformers.json: whether its tokenizer
+gives the reference's token ids for the 10 prompts (and the same chat rendering), the max |logit
+difference| to the reference over the same positions, and whether its greedy continuations equal the
+reference's.
 
 ``bench`` writes experiments/results/bench_generate/transformers.json: with ``torch.set_num_threads(2)``,
 the median over ``--repeats`` of
@@ -281,16 +289,53 @@ def hf_dir(out: Path) -> None:
     print(f"wrote {out}")
 
 
+def saved(directory: Path) -> None:
+    torch.set_num_threads(2)
+    ref = np.load(PARITY / "smollm2_reference.npz")
+    tok = AutoTokenizer.from_pretrained(directory)
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32,
+                                                 attn_implementation="eager").eval()
+    texts, ids = prompt_ids(tok)
+    rows = []
+    with torch.no_grad():
+        for i, r in enumerate(ids):
+            length = int(ref["lengths"][i])
+            ref_ids = ref["input_ids"][i, :length].tolist()
+            logits = model(input_ids=torch.tensor([ref_ids])).logits[0].float().numpy()
+            diff = float(np.abs(logits[ref["logits_positions"][i]] - ref["logits_last8"][i]).max())
+            out = model.generate(torch.tensor([ref_ids]), attention_mask=torch.ones(1, length, dtype=torch.long),
+                                 do_sample=False, max_new_tokens=NEW_TOKENS)
+            gen = out[0, length:].tolist()
+            want = ref["generated"][i, :int(ref["generated_lengths"][i])].tolist()
+            rows.append({"prompt": i, "same_text": texts[i] == str(ref["texts"][i]), "same_ids": r == ref_ids,
+                         "max_abs_logit_diff": diff, "greedy_identical": gen == want})
+            print(rows[-1], flush=True)
+    result = {**stamp(), "versions": versions(), "dir": str(directory),
+              "files": sorted(f.name for f in directory.iterdir()), "model_class": type(model).__name__,
+              "tokenizer_class": type(tok).__name__,
+              "max_abs_logit_diff": max(r["max_abs_logit_diff"] for r in rows), "bound": 2e-3,
+              "same_ids": sum(r["same_ids"] for r in rows), "same_chat_text": sum(r["same_text"] for r in rows),
+              "greedy_identical": sum(r["greedy_identical"] for r in rows), "prompts": len(rows), "rows": rows}
+    (PARITY / "saved_transformers.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(f"max |diff| {result['max_abs_logit_diff']:.2e}, ids {result['same_ids']}/10, "
+          f"greedy {result['greedy_identical']}/10 -> {PARITY / 'saved_transformers.json'}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=["reference", "bench", "hf-dir"])
+    p.add_argument("what", choices=["reference", "bench", "hf-dir", "saved"])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--b1-prompts", type=int, default=3, help="bench: prompts timed one at a time (of 10)")
     p.add_argument("--out", type=Path, help="hf-dir: the directory to write")
+    p.add_argument("--dir", type=Path, help="saved: a directory written by lm_parity.py --save-dir")
     a = p.parse_args()
     if a.what == "reference":
         reference()
+    elif a.what == "saved":
+        if a.dir is None:
+            p.error("saved needs --dir DIR")
+        saved(a.dir)
     elif a.what == "bench":
         bench(a.repeats, a.batch, a.b1_prompts)
     else:
