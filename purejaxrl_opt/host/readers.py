@@ -92,7 +92,7 @@ def parse_jumanji_log(text: str) -> list[dict]:
 
 
 def jumanji_a2c_log(path: Path, seeds: list[int], options: dict) -> dict:
-    """One jumanji.training log per seed (``path`` holds ``{seed}``; experiments/peers/jumanji_a2c.py
+    """One jumanji.training log per seed (``path`` holds ``{seed}``; experiments/peer_jumanji_a2c.py
     writes them). It evaluates at the *start* of each epoch, so the evaluation after ``epochs`` epochs
     (``options['epochs']``, of ``options['epoch_env_steps']`` env steps each) is the policy after the
     budget; ``options['evaluation']`` picks 'Eval Stochastic' (sampled actions) or 'Eval Greedy'. Env
@@ -122,7 +122,7 @@ def jumanji_a2c_log(path: Path, seeds: list[int], options: dict) -> dict:
 
 # ------------------------------------------------------------------------------------ Brax (Playground)
 def brax_ppo_json(path: Path, seeds: list[int], options: dict) -> dict:
-    """experiments/peers/brax_ppo.py's record: per seed the final deterministic evaluation (Brax's
+    """experiments/peer_brax_ppo.py's record: per seed the final deterministic evaluation (Brax's
     ``eval/episode_reward``, mean over its eval envs). Env steps/s: the median over seeds of its last
     ``training/sps`` divided by ``num_resets_per_eval``, which brax 0.14.2's formula multiplies in
     although the timed call runs that fraction of the steps."""
@@ -142,7 +142,7 @@ def brax_ppo_json(path: Path, seeds: list[int], options: dict) -> dict:
 
 # ------------------------------------------------------------------------------- Craftax_Baselines
 def craftax_side_by_side(path: Path, seeds: list[int], options: dict) -> dict:
-    """experiments/peers/craftax_baselines.py's ``side_by_side_craftax.json``: both sides' final
+    """experiments/peer_craftax_baselines.py's ``side_by_side_craftax.json``: both sides' final
     policies evaluated by the same code (fresh episodes, sampled actions). ``options['side']``:
     'peer' or 'ours'; ``options['metric']``: an evaluation key (default ``score_pct_of_max``). The
     late training return comes from the per-update curves stored beside it (theirs: their per-update
@@ -156,7 +156,9 @@ def craftax_side_by_side(path: Path, seeds: list[int], options: dict) -> dict:
         late = []
         for seed in seeds:
             rows = list(csv.DictReader((path.parent / f"peer_curve_seed{seed}.csv").open()))
-            late.append(stats.late_training_return([float(r["episode_return"]) for r in rows], None, fraction))
+            # an update in which no episode ended logs no return: '' (NaN here), left out as before
+            late.append(stats.late_training_return([float(r["episode_return"] or "nan") for r in rows], None,
+                                                   fraction))
         rates = [runs[s]["env_steps_per_s_steady"] for s in seeds]
         more = {"env_steps_per_s": float(np.mean(rates)),
                 "compile_s": float(np.mean([runs[s]["compile_s_estimate"] for s in seeds]))}
@@ -176,7 +178,7 @@ def craftax_side_by_side(path: Path, seeds: list[int], options: dict) -> dict:
         raise ValueError(f"{path}: no {side} evaluation of seeds {missing}")
     return _record(seeds, [evals[s][metric] for s in seeds],
                    f"{metric} over {record['eval_episodes']} fresh episodes, sampled actions "
-                   "(experiments/peers/craftax_baselines.py's evaluation, both sides)",
+                   "(experiments/peer_craftax_baselines.py's evaluation, both sides)",
                    late_training_return=late, **more)
 
 

@@ -10,7 +10,7 @@ lists entries, each an env, a budget (``total_timesteps``) and seeds, of one of 
 * ours, stored: the same plus ``stored: {reader, path, options}``, a finished run read back by a
   reader of :mod:`purejaxrl_opt.host.readers` (``use_stored=false`` trains it instead);
 * a peer: ``peer: {label, command}`` and ``stored``: another code's run in its own environment.
-  ``command`` (its runner in ``experiments/peers/``) runs when the output the reader reads is
+  ``command`` (its runner in ``experiments/peer_*.py``) runs when the output the reader reads is
   missing; the reader turns that output into the same per-seed record as ours.
 
 References orient each entry: a published number (``value``, ``what``, ``source``) or one measured
@@ -527,8 +527,9 @@ def table_markdown(suite: Suite, results: list[dict], pairs: list[dict], info: d
             f"{'; '.join(marks) or '—'} | {_num(r.get('compile_s'))} | {_num(r.get('run_s'))} | "
             f"{_num(r.get('env_steps_per_s'), 0)} |")
     if notes:
-        lines += ["", "References (published numbers, for orientation: other code, budgets, seeds and "
-                      "evaluation protocols; a single published run has no CI):", ""]
+        lines += ["", "References (published numbers, or measured here where the source is a results "
+                      "file; for orientation: other code, budgets, seeds and evaluation protocols; a single "
+                      "published run has no CI):", ""]
         lines += [f"{i + 1}. {ref.value:g}: {ref.what} — {ref.source}" for i, ref in enumerate(notes)]
     lines += ["", "Sources (how each entry's final return was measured, and where it was read):", ""]
     lines += [f"- {r['name']}: {r['source']}" + (f"; {r['what']}" if r.get("what") else "")
