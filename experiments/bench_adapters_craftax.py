@@ -37,12 +37,10 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from purejaxrl_opt.host.xla_flags import set_default_xla_flags  # noqa: E402  (before JAX starts its backend)
 
@@ -53,6 +51,8 @@ import jax.numpy as jnp  # noqa: E402
 from craftax.craftax_env import make_craftax_env_from_name  # noqa: E402
 
 from purejaxrl_opt.envs import craftax as craftax_adapter  # noqa: E402
+
+import provenance
 
 
 def variants(name: str, num_envs: int, baselines: str | None):
@@ -173,9 +173,8 @@ def main() -> None:
                         help="also time the pieces of a step alone (pool worlds, gather+select)")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "bench_adapters_craftax.json"))
     args = parser.parse_args()
-    load_at_start = os.getloadavg()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).resolve().parent).stdout.strip()
+    load_at_start = provenance.load_average()
+    commit = provenance.commit()
 
     names = args.variants.split(",")
     table, env, raw = variants(args.env, args.num_envs, args.baselines if "baselines" in names else None)
@@ -226,7 +225,7 @@ def main() -> None:
         "adapter_speedup_over_raw_autoreset": (rate["adapter"] / rate["raw_autoreset"]
                                                if "raw_autoreset" in rate else None),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                    "load_avg_at_start": load_at_start, "load_avg_at_end": os.getloadavg(),
+                    "load_avg_at_start": load_at_start, "load_avg_at_end": provenance.load_average(),
                     "jax": jax.__version__},
         "commit": commit,
         "command": "python experiments/bench_adapters_craftax.py " + " ".join(sys.argv[1:]),

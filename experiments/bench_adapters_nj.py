@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -166,7 +165,6 @@ def main() -> None:
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "bench_adapters_nj.json"))
     args = parser.parse_args()
     steps = args.num_envs * args.num_steps
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import provenance
 
     results = {"commit": provenance.commit(), "num_envs": args.num_envs, "num_steps": args.num_steps, "repeats": args.repeats,

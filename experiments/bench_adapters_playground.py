@@ -30,13 +30,14 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 
 import jax
 
 from purejaxrl_opt.envs import playground as pg
+
+import provenance
 
 
 def loops(env, params, num_envs: int, num_steps: int):
@@ -140,10 +141,10 @@ def main() -> None:
                 row[f"{label}_overhead_vs_{ref}"] = round(row[label]["median_s"] / row[ref]["median_s"] - 1, 4)
                 row[f"{label}_overhead_vs_{ref}_min"] = round(row[label]["min_s"] / row[ref]["min_s"] - 1, 4)
         results.append(row)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = provenance.commit()
     record = {"commit": commit, "jax": jax.__version__, "device": jax.devices()[0].device_kind,
-              "cpu_count": os.cpu_count(), "load_avg_1m": os.getloadavg()[0], "python": platform.python_version(),
-              "load_avg_at_end": os.getloadavg(),
+              "cpu_count": os.cpu_count(), "load_avg_1m": provenance.load_average()[0], "python": platform.python_version(),
+              "load_avg_at_end": provenance.load_average(),
               "command": "python experiments/bench_adapters_playground.py " + " ".join(sys.argv[1:]),
               "note": "shared CPU: absolute numbers are indicative; the ratios (interleaved rounds) are the point",
               "results": results}

@@ -23,7 +23,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import purejaxrl_opt.train  # noqa: F401 - the CLI's XLA flags, set before JAX starts
 
@@ -89,13 +88,13 @@ def main(argv=None) -> int:
         print(f"[bench_chunks] chunks {n:3d}: median {median:.2f}s, ratio {median / base:.3f}, "
               f"{summary[n]['seconds_per_extra_chunk'] * 1000:+.0f} ms per extra chunk; metrics "
               f"bitwise equal to {args.chunks[0]} chunk(s): {summary[n]['same_metrics_as_first']}")
-    out = {**stamp, "load_average": os.getloadavg(), "cpu_count": os.cpu_count(), "config": overrides,
+    out = {**stamp, "load_average": provenance.load_average(), "cpu_count": os.cpu_count(), "config": overrides,
            "layout": layout.describe(),
            "num_updates": int(algo.num_updates), "compile_s": compiled.seconds, "repeats": args.repeats,
            "summary": summary, "train_s": seconds}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    print(f"[bench_chunks] load average {os.getloadavg()}; wrote {args.out}")
+    print(f"[bench_chunks] load average {provenance.load_average()}; wrote {args.out}")
     return 0
 
 

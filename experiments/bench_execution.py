@@ -23,7 +23,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import purejaxrl_opt.train  # noqa: F401 - the CLI's XLA flags, set before JAX starts
 
@@ -84,7 +83,7 @@ def main(argv=None) -> int:
     print(f"[bench_execution] layout {args.layout}: {update_ms:.2f} ms per update inside a {args.block}-update "
           f"execution, {execution_ms:.2f} ms per 1-update execution: {execution_ms - update_ms:.2f} ms fixed "
           f"cost per execution (program temporaries {summary['temp_mb']:.2f} MB)", flush=True)
-    out = {**stamp, "load_average": os.getloadavg(), "cpu_count": os.cpu_count(), "config": overrides,
+    out = {**stamp, "load_average": provenance.load_average(), "cpu_count": os.cpu_count(), "config": overrides,
            "layout": layout.describe() if layout is not None else "one device",
            "block": args.block, "repeats": args.repeats, "summary": summary,
            "per_update_s": per_update, "per_execution_s": per_execution}

@@ -32,7 +32,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from provenance import stamp  # noqa: E402
 
 from purejaxrl_opt.host.lm import load  # noqa: E402
@@ -133,7 +132,7 @@ def main(argv=None) -> dict:
                "params_bytes": params_bytes, "load_seconds": load_s,
                "device": str(jax.devices()[0].device_kind), "backend": jax.default_backend(),
                "jax": jax.__version__, "machine": platform.machine(),
-               "cpu_count": os.cpu_count(), "load_average_at_start": os.getloadavg(), "runs": []}
+               "cpu_count": os.cpu_count(), "load_average_at_start": provenance.load_average(), "runs": []}
     print(f"{path.name} ({args.dtype}): {num_params / 1e6:.1f}M params, {params_bytes / 1e9:.3f} GB, "
           f"loaded in {load_s:.1f} s on {results['device']}")
     for batch in args.batch or [1, 64]:
@@ -144,7 +143,7 @@ def main(argv=None) -> dict:
               f"{run['prefill_tokens_per_s']:,.0f} tok/s | decode {run['decode_tokens_per_s']:,.1f} tok/s | "
               f"generate {run['generate_tokens_per_s']:,.1f} tok/s | generate temporaries "
               f"{memory.get('temporaries', 0) / 1e6:,.0f} MB | {run['sample_continuation']!r}")
-    results["load_average_at_end"] = os.getloadavg()  # other processes on a shared machine
+    results["load_average_at_end"] = provenance.load_average()  # other processes on a shared machine
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")

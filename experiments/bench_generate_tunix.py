@@ -55,7 +55,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import provenance  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -180,7 +179,7 @@ def main() -> None:
     def one_by_one(steps):
         return sum(_timed(lambda t=t: sample([t], steps, [NEVER])) for t in texts[:a.b1_prompts])
 
-    load0 = os.getloadavg()
+    load0 = provenance.load_average()
     t = time.perf_counter()
     prefill(), sample(batch_texts, NEW_TOKENS, [NEVER]), sample(batch_texts, 1, [NEVER])
     one_by_one(NEW_TOKENS), one_by_one(1)
@@ -207,7 +206,7 @@ def main() -> None:
                      "cache_size": width + NEW_TOKENS, "repeats": a.repeats, "load_s": round(load_s, 2),
                      "warmup_and_compile_s": round(warm_s, 2), "cores": os.cpu_count(),
                      "tokenizer_changes": {"bos_token": None, "pad_token": "<|endoftext|>"},
-                     "loadavg_before": load0, "loadavg_after": os.getloadavg()},
+                     "loadavg_before": load0, "loadavg_after": provenance.load_average()},
         "parity_with_transformers": {"as_shipped": shipped, "rope_theta_passed": fixed},
         "prefill": {"batch": a.batch, "real_tokens": real, "padded_tokens": a.batch * width,
                     "seconds": round(med["prefill_s"], 4), "real_tokens_per_s": round(real / med["prefill_s"], 1),

@@ -16,19 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 from purejaxrl_opt.host.xla_flags import set_default_xla_flags  # noqa: E402  (before JAX starts)
 
 set_default_xla_flags()
-sys.path.insert(0, str(ROOT / "experiments"))
 
 from compare_grpo_ppo import compose  # noqa: E402
 

@@ -37,7 +37,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import purejaxrl_opt.train  # noqa: F401 - the CLI's XLA flags, set before JAX starts
 
@@ -176,13 +175,13 @@ def main(argv=None) -> int:
         print(f"[bench_logging] {mode:8s}: wall median {wall:.2f}s, ratio to off {ratio}; CPU median "
               f"{cpu:.2f}s (process + W&B service), ratio to off {cpu_ratio}; "
               f"time in loggers {100 * share:.2f}% of the wall time")
-    out = {**stamp, "load_average": os.getloadavg(), "cpu_count": os.cpu_count(),
+    out = {**stamp, "load_average": provenance.load_average(), "cpu_count": os.cpu_count(),
            "config": base, "modes": {m: MODES[m] for m in modes}, "repeats": args.repeats,
            "compile_cache": not args.no_compile_cache,
            "summary": summary, "runs": runs}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    print(f"[bench_logging] load average {os.getloadavg()}; wrote {args.out}")
+    print(f"[bench_logging] load average {provenance.load_average()}; wrote {args.out}")
     return 0
 
 

@@ -35,7 +35,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import purejaxrl_opt.train  # noqa: F401 - the CLI's XLA flags, set before JAX starts
 
@@ -147,7 +146,7 @@ def main(argv=None) -> int:
           f"{batch} env steps)", flush=True)
     for name, seconds in shares.items():
         print(f"  {name:15s} {seconds * 1e3:8.1f} ms  {100 * seconds / update:5.1f}%")
-    entry = {**stamp, "label": label, "load_average": os.getloadavg(), "cpu_count": os.cpu_count(), "config": overrides,
+    entry = {**stamp, "label": label, "load_average": provenance.load_average(), "cpu_count": os.cpu_count(), "config": overrides,
              "num_envs": run.algo.num_envs, "num_steps": run.algo.num_steps,
              "update_epochs": run.algo.update_epochs, "num_minibatches": run.algo.num_minibatches,
              "network": {"recurrent": run.network.recurrent, "shared": run.network.shared,

@@ -16,13 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import time
 from pathlib import Path
 
 import jax
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package, not an installed one
 
 from purejaxrl_opt.core import algos  # noqa: E402
 from purejaxrl_opt.core.algos.base import init_loop, run_updates  # noqa: E402

@@ -42,7 +42,6 @@ def _host_devices_from_argv() -> None:
 
 
 _host_devices_from_argv()
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from purejaxrl_opt.host.xla_flags import set_default_xla_flags  # noqa: E402  (before JAX starts)
 
 set_default_xla_flags()  # the CLI's flags: opt level 1, one host device per core

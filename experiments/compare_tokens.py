@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+import provenance
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
 
@@ -48,13 +50,6 @@ METHODS = {
                            "algo.dynamic_sampling_oversample=2", "algo.mask_truncated_completions=true"]),
     "ppo": ("algo=ppo", []),
 }
-
-
-def git_commit() -> str:
-    """HEAD, with ``+dirty`` when tracked files differ from it."""
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT).returncode != 0
-    return head + ("+dirty" if dirty else "")
 
 
 def run(cmd: list[str], log: Path) -> None:
@@ -184,7 +179,7 @@ def main() -> None:
                      "examples": sft_summary["examples"], "run_dir": str(sft_dir)},
              "methods": results, "target": args.target,
              "command": " ".join(["python", "experiments/" + Path(sys.argv[0]).name] + sys.argv[1:]),
-             "commit": git_commit()}
+             "commit": provenance.commit()}
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = args.stem or ("compare_tokens" if args.env == "Addition-v0" else f"compare_{args.env.lower()}")
     (RESULTS / f"{stem}.json").write_text(json.dumps(table, indent=2))

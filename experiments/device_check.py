@@ -29,9 +29,9 @@ import time
 import traceback
 from pathlib import Path
 
+import provenance
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "experiments"))
 from purejaxrl_opt.host.xla_flags import set_default_xla_flags  # noqa: E402  (before JAX starts)
 
 set_default_xla_flags()  # the CLI's defaults: on a CPU, one host device per core; none on GPU/TPU
@@ -161,7 +161,7 @@ def main() -> None:
                "envs": args.envs, "algos": args.algos, "devices": [str(d) for d in devices], "device_kind": devices[0].device_kind,
                "num_devices": len(devices), "jax": jax.__version__, "python": platform.python_version(),
                "xla_flags": os.environ.get("XLA_FLAGS", ""), "host_cpus": os.cpu_count(),
-               "load_avg": [round(x, 2) for x in os.getloadavg()], "results": [], "skipped": [], "failed": []}
+               "load_avg": provenance.load_average(), "results": [], "skipped": [], "failed": []}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -183,7 +183,7 @@ def main() -> None:
                                       "traceback": traceback.format_exc()[-4000:]})
             print(f"{env_id} {algo} lanes {lanes}: FAILED {type(err).__name__}: {str(err)[:300]}", flush=True)
         payload["elapsed_s"] = round(time.perf_counter() - start, 1)
-        payload["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
+        payload["load_avg_end"] = provenance.load_average()
         out.write_text(json.dumps(payload, indent=1) + "\n")
     payload["elapsed_s"] = round(time.perf_counter() - start, 1)
     out.write_text(json.dumps(payload, indent=1) + "\n")

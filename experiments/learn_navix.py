@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import subprocess
 import sys
 import time
@@ -40,8 +39,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "experiments"))
 
 import provenance  # noqa: E402
 
@@ -52,10 +49,6 @@ RETURN_MEANING = {
     "navix": "Success = the final policy's return (navix: 1 on reaching the goal, else 0)",
     "xminigrid": "Return of the final policy (XLand-MiniGrid: 1 - 0.9 * steps / limit on success, else 0)",
 }
-
-
-def load_average() -> str:
-    return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def late_training_return(metrics_csv: Path, fraction: float = 0.1) -> dict[int, float | None]:
@@ -88,10 +81,10 @@ def run_variant(args, name: str, overrides: list[str], out: Path) -> dict:
     if args.reuse and (run_dir / "summary.json").is_file() and (run_dir / "timing.json").is_file():
         timing = json.loads((run_dir / "timing.json").read_text())  # a finished run of this command
     else:
-        timing = {"load_before": load_average()}
+        timing = {"load_before": provenance.load_average()}
         start = time.perf_counter()
         proc = subprocess.run(command, capture_output=True, text=True, cwd=str(ROOT))
-        timing.update(wall_s=round(time.perf_counter() - start, 1), load_after=load_average())
+        timing.update(wall_s=round(time.perf_counter() - start, 1), load_after=provenance.load_average())
         (out / f"{name}.log").write_text(proc.stdout + proc.stderr)
         if proc.returncode != 0:
             raise SystemExit(f"{name} failed (rc {proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,6 +25,8 @@ from purejaxrl_opt import envs
 from purejaxrl_opt.core.stages import evaluation
 from purejaxrl_opt.host import runner
 from purejaxrl_opt.config.schema import EnvConfig, NetworkConfig, PPOConfig, RunConfig
+
+import provenance
 
 
 def ppo_config(args) -> RunConfig:
@@ -84,7 +85,7 @@ def main() -> None:
     wall = time.perf_counter() - start
     trained = np.asarray(result.eval_returns)  # [lanes, eval_episodes]
     rand = np.stack([random_returns(args.env, s, args.eval_episodes) for s in args.seeds])
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = provenance.commit()
     record = {
         "env": args.env, "commit": commit, "command": "python " + " ".join(sys.argv),
         "seeds": args.seeds, "env_steps_per_seed": args.steps, "wall_s": round(wall, 1),

@@ -38,7 +38,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # this checkout's package, not an installed one
 from experiments.provenance import markdown_footer, stamp  # noqa: E402
 
 OUT = ROOT / "experiments" / "results" / "lm_memory"

@@ -27,12 +27,10 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from provenance import stamp  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "lm_parity"

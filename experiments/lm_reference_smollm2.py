@@ -66,7 +66,6 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import provenance  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,7 +145,7 @@ def stamp() -> dict:
 
 def reference() -> None:
     torch.set_num_threads(2)
-    load0 = os.getloadavg()
+    load0 = provenance.load_average()
     tok, model, timings = load()
     texts, ids = prompt_ids(tok)
     eos = model.generation_config.eos_token_id
@@ -169,7 +168,7 @@ def reference() -> None:
             gaps.append([float(v[0] - v[1]) for v in top])
     timings["generate_s_per_prompt"] = gen_s
     # other processes on the 2 cores slow torch's threads by orders of magnitude: say how busy it was
-    timings["loadavg_before"], timings["loadavg_after"] = load0, os.getloadavg()
+    timings["loadavg_before"], timings["loadavg_after"] = load0, provenance.load_average()
     lengths = np.array([len(r) for r in ids], np.int32)
     gen_len = np.array([len(g) for g in gens], np.int32)
     gap_arr = np.full((len(ids), NEW_TOKENS), np.nan, np.float32)
@@ -237,7 +236,7 @@ def bench(repeats: int, batch: int, b1_prompts: int) -> None:
         return sum(_timed(lambda r=r: gen(torch.tensor([r]), torch.ones(1, len(r), dtype=torch.long), n))
                    for r in ids[:b1_prompts])
 
-    load0 = os.getloadavg()
+    load0 = provenance.load_average()
     res = {"prefill_s": [], "b1_t1_s": [], "b1_t64_s": [], "bB_t1_s": [], "bB_t64_s": []}
     with torch.no_grad():
         prefill(), gen(left[:2], mask[:2], 2), one_by_one(2)  # warm-up
@@ -257,7 +256,7 @@ def bench(repeats: int, batch: int, b1_prompts: int) -> None:
                      "cache": "transformers' default (DynamicCache)", "greedy": True, "new_tokens": NEW_TOKENS,
                      "batch": batch, "prompt_lengths": [len(r) for r in ids], "padded_width": width,
                      "repeats": repeats, "cpu": platform.processor() or platform.machine(),
-                     "cores": os.cpu_count(), "loadavg_before": load0, "loadavg_after": os.getloadavg()},
+                     "cores": os.cpu_count(), "loadavg_before": load0, "loadavg_after": provenance.load_average()},
         "prefill": {"batch": batch, "real_tokens": real, "padded_tokens": batch * width,
                     "seconds": round(med["prefill_s"], 4),
                     "real_tokens_per_s": round(real / med["prefill_s"], 1),

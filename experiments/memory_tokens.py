@@ -17,10 +17,8 @@ import time
 from functools import partial
 from pathlib import Path
 
-import sys
 
 OUT = Path(__file__).resolve().parent / "results"
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package, not an installed one
 
 
 def measure(algo_name: str, env_id: str, d_model: int) -> dict:

@@ -2,6 +2,11 @@
 
     python experiments/provenance.py check          # every results file README.md and docs/*.md cite: exists, with both
 
+What every experiment script shares: :func:`stamp` / :func:`markdown_footer` (commit, dirty flag,
+command line), :func:`load_average`, :func:`machine`, :func:`write_json` / :func:`write_markdown`.
+Scripts run as ``python experiments/<name>.py`` from the repository root with the package installed,
+so ``import provenance`` finds this file beside them.
+
 Two ways a results file names its origin:
 
 * the file itself: ``commit`` and ``command`` keys (JSON) or lines ``commit: ...`` / ``command: ...``
@@ -21,9 +26,9 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
+
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
@@ -38,15 +43,39 @@ def commit() -> str:
     """The checked-out commit, ``+dirty`` when tracked files outside ``experiments/results/`` have
     uncommitted changes: the mark is for code and configs that differ from the commit, not for the
     results an experiment (or an earlier step of it, e.g. a report over per-run files) writes there."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                                ":(exclude)experiments/results"], cwd=ROOT,
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + ("+dirty" if dirty else "")
+    from purejaxrl_opt.host.artifacts import git_commit
+
+    return git_commit(exclude=("experiments/results",)) or "unknown"
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15-minute load averages (on a small shared machine, whether a timing ran alone)."""
+    import os
+
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def machine() -> dict:
+    """CPU, cores, device, jax and Python versions (the benchmark suites' description of a machine)."""
+    from purejaxrl_opt.host.suites import machine as describe
+
+    return describe()
+
+
+def write_json(path: str | Path, record: dict) -> Path:
+    """``record`` with the commit and command (:func:`stamp`) first, written to ``path`` (parents made)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**stamp(), **record}, indent=1) + "\n")
+    return path
+
+
+def write_markdown(path: str | Path, text: str) -> Path:
+    """``text`` and the provenance lines (:func:`markdown_footer`), written to ``path`` (parents made)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text.rstrip("\n") + "\n" + markdown_footer())
+    return path
 
 
 def command() -> str:

@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import provenance
+
 ROOT = Path(__file__).resolve().parents[1]
 NOVEL = "env=CartPole-v1-novel"  # conf/env/CartPole-v1-novel.yaml: env.obs_mask=[1,0,1,0]
 MEMORY = ["env=MemoryChain-bsuite-10"]  # conf/env/MemoryChain-bsuite-10.yaml: memory_length 10
@@ -65,8 +67,7 @@ def main() -> int:
     if unknown:
         parser.error(f"--only: unknown runs {unknown}; known: {list(RUNS)}")
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip() or None
+    commit = provenance.commit()
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:

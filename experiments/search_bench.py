@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,6 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import provenance  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,7 +62,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(args.repeats):
             for batch in (1, args.trials):  # alternately, on a shared machine
-                load = os.getloadavg()[0]
+                load = provenance.load_average()[0]
                 result = search(Path(tmp) / f"r{repeat}_b{batch}", batch, args)
                 result.update(repeat=repeat, load_average_before=round(load, 2))
                 runs.append(result)
@@ -87,7 +85,7 @@ def main() -> None:
                                                   / median(batched, "wall_seconds"), 2),
         "compile_ratio_separate_over_batched": round(median(separate, "compile_seconds")
                                                      / median(batched, "compile_seconds"), 2),
-        "load_average_after": round(os.getloadavg()[0], 2), "runs": runs,
+        "load_average_after": round(provenance.load_average()[0], 2), "runs": runs,
     }
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "search_bench.json").write_text(json.dumps(report, indent=2) + "\n")

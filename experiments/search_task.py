@@ -26,7 +26,6 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import provenance  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from scipy import stats as sps
 
 from purejaxrl_opt import benchmark
+from purejaxrl_opt.host import suites
 from purejaxrl_opt.host import stats
 from purejaxrl_opt.config.schema import ConfigError
 
@@ -54,7 +55,7 @@ def test_smoke_table_statistics_are_those_of_the_per_seed_final_returns(smoke_ru
     out, _ = smoke_run
     rows = list(csv.DictReader((out / "table.csv").open()))
     assert [r["entry"] for r in rows] == ["ppo_CartPole-v1", "trpo_CartPole-v1"]
-    for column in benchmark.TABLE_COLUMNS:
+    for column in suites.TABLE_COLUMNS:
         assert column in rows[0], column
     for row in rows:
         summary = json.loads((out / row["entry"] / "summary.json").read_text())
@@ -115,16 +116,16 @@ def test_rerun_reads_finished_entries_back_with_the_same_numbers(smoke_run):
 
 def test_shipped_suites_compose_and_validate_without_training():
     for name in ("quick", "full", "smoke"):
-        suite = benchmark.load_suite(name)
+        suite = suites.load_suite(name)
         for entry in suite.entries:
-            benchmark.check_entry(entry, benchmark.compose_entry(entry))
-    quick = benchmark.load_suite("quick")
+            suites.check_entry(entry, suites.compose_entry(entry))
+    quick = suites.load_suite("quick")
     assert {e.algo for e in quick.entries} == {"ppo", "trpo", "grpo"}
     assert all(e.num_seeds == 16 and e.seed == 2000 for e in quick.entries)  # a report range (SEEDS.md)
     for entry in quick.entries:
         for ref in entry.references:
             assert ref.source.startswith("https://") and ref.what
-    text = benchmark.dry_run_text(quick)
+    text = suites.dry_run_text(quick)
     assert "grpo_CartPole-v1" in text and "96,000,000" in text
 
 
@@ -151,22 +152,22 @@ GOOD = {"algo": "ppo", "env": "CartPole-v1", "total_timesteps": 1000}
 ])
 def test_bad_suite_files_are_refused_naming_the_key(tmp_path, body, fragment):
     with pytest.raises(ConfigError) as info:
-        benchmark.load_suite(write_suite(tmp_path, body))
+        suites.load_suite(write_suite(tmp_path, body))
     assert fragment in str(info.value), str(info.value)
 
 
 def test_bad_entry_config_fails_before_anything_trains(tmp_path):
     path = write_suite(tmp_path, {"entries": [GOOD, {**GOOD, "name": "bad", "overrides": ["algo.num_minibatches=3"]}]})
-    suite = benchmark.load_suite(path)
+    suite = suites.load_suite(path)
     with pytest.raises(ConfigError, match="num_minibatches"):
-        benchmark.run_suite(suite, tmp_path / "out")
+        suites.run_suite(suite, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
 def test_only_selects_entries_and_names_unknown_ones():
-    assert [e.name for e in benchmark.load_suite("quick", only=["ppo_Pendulum-v1"]).entries] == ["ppo_Pendulum-v1"]
+    assert [e.name for e in suites.load_suite("quick", only=["ppo_Pendulum-v1"]).entries] == ["ppo_Pendulum-v1"]
     with pytest.raises(ConfigError, match="'only' names \\['sac_Pendulum'\\]"):
-        benchmark.load_suite("quick", only=["sac_Pendulum"])
+        suites.load_suite("quick", only=["sac_Pendulum"])
 
 
 def test_cli_bad_input_exits_2_with_the_allowed_values(tmp_path):
@@ -195,7 +196,7 @@ def test_improvement_pairs_per_env_and_aggregated_over_shared_envs():
     results = [entry("ppo", "A", 8, 1.0), entry("trpo", "A", 8, 0.0), entry("ppo", "B", 6, 0.0),
                entry("trpo", "B", 5, 0.0), entry("grpo", "B", 4, 0.0), {"name": "failed", "algo": "grpo",
                                                                         "env": "A", "error": "x"}]
-    pairs = benchmark.improvement_pairs(results, reps=500, level=0.95, seed=0)
+    pairs = suites.improvement_pairs(results, reps=500, level=0.95, seed=0)
     names = [(p["x"], p["y"]) for p in pairs]
     assert names == [("ppo_A", "trpo_A"), ("ppo_B", "trpo_B"), ("ppo_B", "grpo_B"), ("trpo_B", "grpo_B"),
                      ("ppo", "trpo")]  # grpo is on one env only: no aggregate with it
@@ -213,12 +214,12 @@ def test_a_pairs_ci_does_not_depend_on_the_other_entries_of_the_run():
                      for a in ("ppo", "trpo"))
     ppo_a, trpo_a = ({"name": f"{a}_A", "algo": a, "env": "A", "final_returns": rng.normal(size=8).tolist()}
                      for a in ("ppo", "trpo"))
-    alone = benchmark.improvement_pairs([ppo_b, trpo_b], reps=300, level=0.95, seed=0)
-    together = benchmark.improvement_pairs([ppo_a, trpo_a, ppo_b, trpo_b], reps=300, level=0.95, seed=0)
+    alone = suites.improvement_pairs([ppo_b, trpo_b], reps=300, level=0.95, seed=0)
+    together = suites.improvement_pairs([ppo_a, trpo_a, ppo_b, trpo_b], reps=300, level=0.95, seed=0)
     pair = [p for p in together if (p["x"], p["y"]) == ("ppo_B", "trpo_B")]
     assert len(alone) == 1 and len(pair) == 1
     assert (alone[0]["ci_low"], alone[0]["ci_high"]) == (pair[0]["ci_low"], pair[0]["ci_high"])
-    assert benchmark.name_seed(0, "ppo_B") != benchmark.name_seed(0, "trpo_B")
+    assert suites.name_seed(0, "ppo_B") != suites.name_seed(0, "trpo_B")
 
 
 def test_learning_curve_carries_returns_over_updates_without_episodes():
@@ -227,7 +228,7 @@ def test_learning_curve_carries_returns_over_updates_without_episodes():
     ys[3, :3] = np.nan
     ys[:, 5] = np.nan
     metrics = {"env_steps": np.tile(np.arange(1, 11) * 100.0, (4, 1)), "return_mean": ys}
-    curve = benchmark.learning_curve(metrics, reps=200, level=0.95, seed=0)
+    curve = suites.learning_curve(metrics, reps=200, level=0.95, seed=0)
     assert curve["env_steps"][0] == 400.0  # the first point where every seed has a return
     assert curve["iqm"] == [3.0, 4.0, 4.0, 6.0, 7.0, 8.0, 9.0]  # update 5 carries update 4's return
-    assert benchmark.learning_curve({"env_steps": metrics["env_steps"]}, 200, 0.95, 0) is None
+    assert suites.learning_curve({"env_steps": metrics["env_steps"]}, 200, 0.95, 0) is None

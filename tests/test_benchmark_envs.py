@@ -4,17 +4,17 @@ report seed block, with a random-policy reference and the library's own baseline
 
 from __future__ import annotations
 
-from purejaxrl_opt import benchmark
+from purejaxrl_opt.host import suites
 
 LIBRARIES = ("playground", "craftax", "navix", "xminigrid", "jumanji")
 
 
 def test_envs_suite_composes_and_validates_one_entry_per_library():
-    suite = benchmark.load_suite("envs")
+    suite = suites.load_suite("envs")
     libraries = []
     for entry in suite.entries:
-        cfg = benchmark.compose_entry(entry)
-        benchmark.check_entry(entry, cfg)  # every key and value as the CLI checks them
+        cfg = suites.compose_entry(entry)
+        suites.check_entry(entry, cfg)  # every key and value as the CLI checks them
         library = cfg.env.id.split("/", 1)[0]
         libraries.append(library)
         assert entry.algo == "ppo" and entry.name == f"ppo_{library}_{cfg.env.id.split('/', 1)[1]}"
@@ -32,11 +32,11 @@ def test_envs_suite_composes_and_validates_one_entry_per_library():
     assert sorted(libraries) == sorted(LIBRARIES)
     # the entries with a file of their own get their tuned values through the CLI's composition
     by_name = {e.name: e for e in suite.entries}
-    cartpole = benchmark.compose_entry(by_name["ppo_playground_CartpoleBalance"])
+    cartpole = suites.compose_entry(by_name["ppo_playground_CartpoleBalance"])
     assert cartpole.algo.num_steps == 480 and cartpole.algo.lr == 1e-3  # conf/tuned/ppo_playground/
-    snake = benchmark.compose_entry(by_name["ppo_jumanji_Snake-v1"])
+    snake = suites.compose_entry(by_name["ppo_jumanji_Snake-v1"])
     assert list(snake.network.hidden_sizes) == [256, 256] and snake.algo.num_envs == 64
     assert snake.eval_deterministic is False  # an argmax Snake policy can circle until the time limit
-    text = benchmark.dry_run_text(suite)
+    text = suites.dry_run_text(suite)
     total = sum(e.total_timesteps * e.num_seeds for e in suite.entries)
-    assert f"total budget: {total:,} env steps" in text
+    assert f"total budget trained here: {total:,} env steps" in text

@@ -152,7 +152,7 @@ def _jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
 
 @contextlib.contextmanager
 def _hydra():
-    """Hydra's compose API on conf/ (reused when already initialised, as benchmark.compose_entry does)."""
+    """Hydra's compose API on conf/ (reused when already initialised, as suites.compose_entry does)."""
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -213,14 +213,17 @@ def _validate_sft(overrides: list[str]) -> None:
 
 def _validate_benchmark(overrides: list[str], checked: set) -> None:
     from purejaxrl_opt import benchmark
+    from purejaxrl_opt.host import suites
 
     s = benchmark._settings(_compose("benchmark", overrides))
-    suite = benchmark.load_suite(s["suite"], s["num_seeds"], s["seed"], s["only"])
+    suite = suites.load_suite(s["suite"], s["num_seeds"], s["seed"], s["only"])
     with _hydra():
         for entry in suite.entries:  # what dry_run=true checks (each entry once per test run)
+            if entry.peer is not None:  # another code's run: no config of ours
+                continue
             key = tuple(entry.train_overrides(list(s["train_overrides"])))
             if key not in checked:
-                benchmark.check_entry(entry, benchmark.compose_entry(entry, s["train_overrides"]))
+                suites.check_entry(entry, suites.compose_entry(entry, s["train_overrides"]))
                 checked.add(key)
 
 

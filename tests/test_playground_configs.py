@@ -4,6 +4,8 @@ composes the env file and, for every algorithm, its tuned file (command-line ove
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 
 import pytest
@@ -57,13 +59,14 @@ def test_command_line_wins_and_tuned_can_be_dropped():
 
 
 def test_brax_config_keeps_playgrounds_tuned_keys_and_scales_three(tmp_path):
-    """experiments/side_by_side_playground.py: the peer's config is Playground's brax_ppo_config with
+    """experiments/peer_brax_ppo.py: the peer's config is Playground's brax_ppo_config with
     only num_envs, batch_size (num_envs / 2: 16 unrolls per env per training step, as at 2048 / 1024),
     num_timesteps and num_evals changed; and a stopped peer's log yields its finished seeds only."""
     import sys
 
     sys.path.insert(0, str(ROOT / "experiments"))
-    import side_by_side_playground as sbs
+    import peer_brax_ppo as sbs
+    from purejaxrl_opt.host import readers
     from mujoco_playground.config import dm_control_suite_params
 
     configs = sbs.brax_config("CartpoleBalance", 32, 153_600)
@@ -75,8 +78,8 @@ def test_brax_config_keeps_playgrounds_tuned_keys_and_scales_three(tmp_path):
             == tuned["batch_size"] * tuned["num_minibatches"] / tuned["num_envs"] == 16)
     assert scaled["num_evals"] == 2  # one evaluation block: 32/2 x 30 x 32 x 10 resets = 153,600 steps
     # brax 0.14.2's training/sps multiplies one timed training_epoch call's steps by num_resets_per_eval
-    # (10 here), whose loop runs outside the timed call: the report divides it back out
-    assert sbs.brax_sps_factor({"brax_config": configs}) == scaled["num_resets_per_eval"] == 10
+    # (10 here), whose loop runs outside the timed call: the suite's reader divides it back out
+    assert scaled["num_resets_per_eval"] == 10
     with pytest.raises(SystemExit, match="multiple of Brax's evaluation block, 153600"):
         sbs.brax_config("CartpoleBalance", 32, 100_000)
     log = tmp_path / "peer.log"
@@ -86,3 +89,7 @@ def test_brax_config_keeps_playgrounds_tuned_keys_and_scales_three(tmp_path):
     record = sbs.record_from_log(log, "CartpoleBalance", 153_600, 32)
     assert record["seeds"] == [7] and record["per_seed"][0]["final_return"] == 740.6
     assert record["per_seed"][0]["env_steps_per_s"] == 714.0
+    stored = tmp_path / "brax.json"
+    stored.write_text(json.dumps({**record, "per_seed": record["per_seed"] * 1}))
+    read = readers.brax_ppo_json(stored, [7], {})
+    assert read["final_returns"] == [740.6] and read["env_steps_per_s"] == 71.4

@@ -55,16 +55,18 @@ def plot_learning_curve(out_dir: Path, summary: dict, metrics: dict) -> None:
         print(f"[purejaxrl_opt] could not plot the learning curve: {error}")
 
 
-def git_commit() -> str | None:
+def git_commit(exclude: tuple[str, ...] = ()) -> str | None:
     """The commit of the checkout this package runs from (``+dirty`` with uncommitted changes to
-    tracked files); None outside a git checkout (an installed wheel)."""
+    tracked files outside the ``exclude`` paths, relative to the repository root); None outside a git
+    checkout (an installed wheel)."""
     import subprocess
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
+    pathspec = ["--", ".", *(f":(exclude){p}" for p in exclude)] if exclude else []
     try:
         head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
                               text=True, check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", *pathspec], cwd=root,
                                capture_output=True, text=True, check=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None

@@ -198,3 +198,25 @@ def iqm_curve_ci(curves, reps: int = 1000, level: float = 0.95, seed: int = 0):
     tail = 100.0 * (1.0 - level) / 2.0
     low, high = np.percentile(values, [tail, 100.0 - tail], axis=0)
     return iqm(curves, axis=0), low, high
+
+
+def late_training_return(returns, episodes=None, fraction: float = 0.1) -> float | None:
+    """The training return late in a run: the mean return of the episodes that ended in the last
+    ``fraction`` of its updates. ``returns`` is ``[updates]``, each update's mean return over the
+    episodes that ended in it (NaN where none did); ``episodes`` (``[updates]``, optional) their
+    counts, which weight the updates, so the result is the mean over those episodes. Without counts
+    (a peer that logs only per-update means) every update with a finite return weighs the same. The
+    last ``fraction`` is ``updates[int(n * (1 - fraction)):]`` (at least the last update). None where
+    no episode ended in it."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction = {fraction!r}: must be in (0, 1]")
+    values = np.asarray(returns, dtype=float).reshape(-1)
+    weights = np.ones_like(values) if episodes is None else np.asarray(episodes, dtype=float).reshape(-1)
+    if weights.shape != values.shape:
+        raise ValueError(f"returns {values.shape} and episodes {weights.shape} must have one entry per update")
+    start = min(int(values.size * (1.0 - fraction)), values.size - 1)
+    tail, counts = values[start:], weights[start:]
+    keep = np.isfinite(tail) & (counts > 0)
+    if not keep.any():
+        return None
+    return float(np.sum(tail[keep] * counts[keep]) / np.sum(counts[keep]))

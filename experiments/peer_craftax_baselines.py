@@ -1,4 +1,7 @@
-r"""Our PPO against Craftax_Baselines' ``ppo.py`` (and our PPO-GRU against their ``ppo_rnn.py``) on Craftax(-Classic)-Symbolic: same config, same budget, same machine.
+r"""Craftax_Baselines' ``ppo.py`` (or ``ppo_rnn.py``) against our PPO (PPO-GRU) on Craftax(-Classic)-Symbolic,
+both final policies evaluated by the same code: the runner of the suite
+``conf/benchmark/side_by_side_craftax.yaml`` (whose reader, ``craftax_side_by_side`` in
+purejaxrl_opt/host/readers.py, reads the ``side_by_side_craftax.json`` and curves this writes).
 
 The peer is MichaelTMatthews/Craftax_Baselines, a checkout outside the project (``--baselines``), run
 unmodified in its own process with the installed ``craftax`` package: ``python ppo.py --env_name ...
@@ -6,37 +9,27 @@ unmodified in its own process with the installed ``craftax`` package: ``python p
 (``WANDB_MODE=offline``): its only record of training is what it logs to W&B (per update, over the
 episodes that ended in that update: return, length, each achievement's success rate in %), read back
 from the offline log with :func:`purejaxrl_opt.host.loggers.read_wandb_history`. Ours is the train CLI with
-``conf/tuned/ppo_craftax/Craftax-Classic-Symbolic-v1.yaml`` (their defaults at 64 envs).
+``conf/tuned/ppo_craftax/<env>.yaml`` (their defaults at 64 envs; ``--algo ppo_rnn``: the ``-rnn`` file,
+their ActorCriticRNN's layers).
 
-Both final policies are then evaluated by the same code (:func:`achievement_eval`): ``--episodes``
-fresh episodes per seed, actions sampled (both train by sampling), played to their end through the
-adapter's per-env ``step_env`` (no resets needed), recording each episode's return, length and the
-achievements unlocked. Their network is their own ``models.actor_critic.ActorCritic`` imported from the
-checkout, with the parameters their ``--save_policy`` wrote (orbax).
+Both final policies are evaluated by :func:`achievement_eval`: ``--episodes`` fresh episodes per seed,
+actions sampled (both train by sampling), played to their end through the adapter's per-env
+``step_env``, recording each episode's return, length and the achievements unlocked (recurrent
+policies step their hidden state from the zero state). Their network is their own
+``models.actor_critic.ActorCritic`` (``ppo_rnn.ActorCriticRNN``) imported from the checkout, with the
+parameters their ``--save_policy`` wrote (orbax). Recorded per side and seed: the Craftax score as % of
+the max (mean episode return / the max return: Classic 22, full Craftax 226), the achievements %, the
+Crafter score (``exp(mean_a ln(1 + s_a)) - 1``), each achievement's success rate; compile time and env
+steps/s; the per-update training curves (the suite computes the late training return from them).
 
-``--env`` picks Craftax-Classic-Symbolic-v1 (the default) or Craftax-Symbolic-v1 (full Craftax); each
-has its own work and results directories, and ours its own tuned file
-(``conf/tuned/ppo_craftax/<env>.yaml``). ``--algo ppo_rnn`` runs their ``ppo_rnn.py`` (the same
-arguments) against our PPO-GRU (``tuned=ppo_craftax/<env>-rnn``: their ActorCriticRNN's layers), in
-``<work>_rnn`` and ``<results>_rnn``; both recurrent policies are evaluated stepping their hidden state
-from the zero state through each evaluation episode (their network from ``ppo_rnn.py`` itself).
+    python experiments/peer_craftax_baselines.py peer --seeds 3000 3001 --steps 196608   # one process per seed
+    python experiments/peer_craftax_baselines.py ours --seeds 3000 3001 --steps 196608
+    python experiments/peer_craftax_baselines.py record --steps 196608
+    python experiments/peer_craftax_baselines.py all --env Craftax-Symbolic-v1 --algo ppo_rnn --seeds 3226 3227 --steps 98304
 
-Reported per side and seed: the Craftax score as % of the max (mean episode return / the max return,
-the paper's "% of max reward": Classic 22, each achievement +1 once; full Craftax 226, achievements
-worth 1/3/5/8 by tier; health changes +-0.1), the mean number of achievements as % of all (22 / 67;
-the mean over achievements of the success rate), the Crafter score
-(``exp(mean_a ln(1 + s_a)) - 1`` over success rates ``s_a`` in %), each achievement's success rate;
-the training return over the last 10% of updates; compile time and env steps/s.
-
-    python experiments/side_by_side_craftax.py peer --seed 3000 --steps 196608   # one process per seed
-    python experiments/side_by_side_craftax.py ours --seed 3000 --num-seeds 2 --steps 196608
-    python experiments/side_by_side_craftax.py eval --run peer_seed3000           # optional: evaluate early
-    python experiments/side_by_side_craftax.py table --commit HASH
-    python experiments/side_by_side_craftax.py peer --env Craftax-Symbolic-v1 --seed 3208 --steps 196608
-    python experiments/side_by_side_craftax.py peer --algo ppo_rnn --seed 3212 --steps 196608
-
-Run directories go to ``--work`` (default /work/peers/runs/craftax, outside the project); the table
-(JSON + MD) and each side's per-update curve (CSV) go to experiments/results/side_by_side_craftax/.
+Run directories go to ``--work`` (default per env and algorithm under /work/peers/runs, outside the
+project); ``record`` (and ``all``) evaluates every finished run there and writes
+experiments/results/<--results>/side_by_side_craftax.json with each side's curves beside it.
 """
 
 from __future__ import annotations
@@ -53,8 +46,9 @@ import sys
 import time
 from pathlib import Path
 
+import provenance
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 # per env: results dir (under experiments/results/), default work dir, achievements, the max return
 # (the sum of the achievements' rewards: Classic +1 each; full Craftax 1/3/5/8 by tier, 226 in all;
 # health changes net ~0), the number of actions (their ActorCritic's head)
@@ -96,25 +90,25 @@ def compile_log(text: str) -> list[dict]:
     return [{"program": name, "seconds": float(sec)} for name, sec in found]
 
 
-def run_peer(args) -> None:
+def run_peer(args, seed: int) -> None:
     """One seed of Craftax_Baselines' ppo.py in its own process; records wall times and its log."""
-    run_dir = Path(args.work) / f"peer_seed{args.seed}"
+    run_dir = Path(args.work) / f"peer_seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
     # JAX_LOG_COMPILES: JAX logs each program's compile time (an env variable; their code is unchanged)
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(run_dir), "WANDB_SILENT": "true",
            "JAX_LOG_COMPILES": "1"}
     env.pop("XLA_FLAGS", None)  # their defaults
-    command = _peer_command(args, args.seed)  # the caller runs this script under nice
+    command = _peer_command(args, seed)  # the caller runs this script under nice
     start = time.time()
     with open(run_dir / "stdout.txt", "w") as out:
         rc = subprocess.run(command, cwd=args.baselines, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
     wall = time.time() - start
     log = (run_dir / "stdout.txt").read_text()
-    info = {"seed": args.seed, "rc": rc, "wall_s": wall, "process_start_unix": start,
+    info = {"seed": seed, "rc": rc, "wall_s": wall, "process_start_unix": start,
             "command": "python " + " ".join(command[1:]), "cwd": args.baselines,
             "baselines_commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=args.baselines,
                                                capture_output=True, text=True).stdout.strip(),
-            "load_avg_at_end": os.getloadavg()}
+            "load_avg_at_end": provenance.load_average()}
     info["compiles"] = compile_log(log)
     for key, pattern in (("time_to_run_experiment_s", r"Time to run experiment ([\d.]+)"),
                          ("sps_printed", r"SPS:\s+([\d.]+)")):
@@ -128,21 +122,22 @@ def run_peer(args) -> None:
 
 def run_ours(args) -> None:
     """Our PPO through the train CLI (tuned file = their defaults at 64 envs), one process, all seeds."""
-    run_dir = Path(args.work) / f"ours_seed{args.seed}"
+    seed = args.seeds[0]
+    run_dir = Path(args.work) / f"ours_seed{seed}"
     command = [sys.executable, "-m", "purejaxrl_opt.train", f"env=craftax/{ENV}", "algo=ppo"]
     if ALGOS[ALGO]["tuned_suffix"]:  # the plain env=... composes the MLP file
         command.append(f"tuned=ppo_craftax/{ENV}{ALGOS[ALGO]['tuned_suffix']}")
-    command += [f"seed={args.seed}", f"num_seeds={args.num_seeds}", f"total_timesteps={args.steps}",
+    command += [f"seed={seed}", f"num_seeds={len(args.seeds)}", f"total_timesteps={args.steps}",
                f"algo.num_envs={args.num_envs}", "progress.mode=lines", "progress.chunks=4",
                f"hydra.run.dir={run_dir}"]
     run_dir.mkdir(parents=True, exist_ok=True)
     start = time.time()
-    with open(run_dir.parent / f"ours_seed{args.seed}.stdout.txt", "w") as out:
+    with open(run_dir.parent / f"ours_seed{seed}.stdout.txt", "w") as out:
         rc = subprocess.run(command, cwd=ROOT, env={**os.environ, "JAX_LOG_COMPILES": "1"}, stdout=out,
                             stderr=subprocess.STDOUT).returncode
-    info = {"seed": args.seed, "num_seeds": args.num_seeds, "rc": rc, "wall_s": time.time() - start,
-            "command": "python " + " ".join(command[1:]), "load_avg_at_end": os.getloadavg(),
-            "compiles": compile_log((run_dir.parent / f"ours_seed{args.seed}.stdout.txt").read_text())}
+    info = {"seed": seed, "num_seeds": len(args.seeds), "rc": rc, "wall_s": time.time() - start,
+            "command": "python " + " ".join(command[1:]), "load_avg_at_end": provenance.load_average(),
+            "compiles": compile_log((run_dir.parent / f"ours_seed{seed}.stdout.txt").read_text())}
     (run_dir / "run.json").write_text(json.dumps(info, indent=2) + "\n")
     print(json.dumps(info, indent=2))
     if rc != 0:
@@ -293,15 +288,9 @@ def _peer_rows(run_dir: Path) -> list[dict]:
     return [{k: _scalar(v) for k, v in row.items()} for row in rows]
 
 
-def _last_fraction(values: list[float], fraction: float) -> float:
-    tail = values[int(len(values) * (1 - fraction)):] or values[-1:]
-    return sum(tail) / len(tail)
-
-
-def summarise_peer(run_dir: Path, num_envs: int, num_steps: int, fraction: float) -> dict:
+def summarise_peer(run_dir: Path, num_envs: int, num_steps: int) -> dict:
     info = json.loads((run_dir / "run.json").read_text())
     rows = _peer_rows(run_dir)
-    returns = [r["episode_return"] for r in rows if r.get("episode_return") is not None]
     sps = [r["sps"] for r in rows if r.get("sps") is not None]
     steady = sorted(sps)[len(sps) // 2] if sps else None  # median per-update rate (compile excluded)
     stamps = [r["_timestamp"] for r in rows if "_timestamp" in r]
@@ -315,24 +304,17 @@ def summarise_peer(run_dir: Path, num_envs: int, num_steps: int, fraction: float
         for i, r in enumerate(rows):
             writer.writerow([i + 1, (i + 1) * batch, r.get("episode_return"), r.get("episode_length"), r.get("sps")])
     return {"seed": info["seed"], "command": info["command"], "baselines_commit": info["baselines_commit"],
-            "updates_logged": len(rows), "training_return_last": _last_fraction(returns, fraction),
+            "updates_logged": len(rows),
             "wall_s": info["wall_s"], "time_to_run_experiment_s": info["time_to_run_experiment_s"],
             "first_log_after_s": first, "compile_s_estimate": compile_estimate,
             "env_steps_per_s_steady": steady, "env_steps_per_s_printed": info["sps_printed"],
             "load_avg_at_end": info["load_avg_at_end"]}
 
 
-def summarise_ours(run_dir: Path, fraction: float) -> dict:
+def summarise_ours(run_dir: Path) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
     info = json.loads((run_dir / "run.json").read_text())
-    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
-    per_seed = {}
-    for seed in summary["seeds"]:
-        mine = [r for r in rows if int(r["seed"]) == seed]
-        tail = mine[int(len(mine) * (1 - fraction)):] or mine[-1:]
-        episodes = sum(float(r["episodes"]) for r in tail)
-        per_seed[seed] = sum(float(r["return_mean"]) * float(r["episodes"]) for r in tail) / max(episodes, 1.0)
-    return {"seeds": summary["seeds"], "command": info["command"], "training_return_last": per_seed,
+    return {"seeds": summary["seeds"], "command": info["command"],
             "compile_s": summary["compile_seconds"], "run_s": summary["run_seconds"],
             "env_steps_per_s": summary["env_steps_per_second"], "wall_s": info["wall_s"],
             "final_return_per_seed_16ep": summary["final_return_per_seed"], "device": summary["device"],
@@ -358,9 +340,7 @@ def cached_eval(run_dir: Path, args) -> dict:
     return json.loads(path.read_text())
 
 
-def table(args) -> None:
-    import numpy as np
-
+def record(args) -> None:
     work = Path(args.work)
     RESULTS.mkdir(parents=True, exist_ok=True)
     peer_dirs = sorted(d for d in work.glob("peer_seed*") if d.is_dir())
@@ -372,109 +352,57 @@ def table(args) -> None:
     peer_dirs = [d for d in peer_dirs if (d / "run.json").exists()]
     peers = []
     for d in peer_dirs:
-        s = summarise_peer(d, args.num_envs, 64, args.fraction)
+        s = summarise_peer(d, args.num_envs, 64)
         s["eval"] = cached_eval(d, args)
         peers.append(s)
         (RESULTS / f"peer_curve_seed{s['seed']}.csv").write_text((d / "curve.csv").read_text())
     ours = []
     for d in ours_dirs:
-        s = summarise_ours(d, args.fraction)
+        s = summarise_ours(d)
         s["eval"] = {int(seed): v for seed, v in cached_eval(d, args).items()}
         ours.append(s)
         (RESULTS / f"ours_metrics_seed{s['seeds'][0]}.csv").write_text((d / "metrics.csv").read_text())
-    result = {"env": ENV, "algo": ALGO, "commit": args.commit, "steps_per_seed": args.steps, "num_envs": args.num_envs,
-              "eval_episodes": args.episodes, "training_return_fraction": args.fraction,
-              "peer": peers, "ours": ours, "unfinished_runs": unfinished, "table_command": "python experiments/side_by_side_craftax.py "
-              + " ".join(sys.argv[1:]), "load_avg_at_table": os.getloadavg()}
+    result = {"env": ENV, "algo": ALGO, **provenance.stamp(), "steps_per_seed": args.steps, "num_envs": args.num_envs,
+              "eval_episodes": args.episodes,
+              "peer": peers, "ours": ours, "unfinished_runs": unfinished, "load_average": provenance.load_average()}
     (RESULTS / "side_by_side_craftax.json").write_text(json.dumps(result, indent=2) + "\n")
-
-    def row(side, seed, ev, train, compile_s, sps):
-        return (f"| {side} | {seed} | {ev['score_pct_of_max']:.1f} | {ev['achievements_pct']:.1f} | "
-                f"{ev['crafter_score']:.2f} | {ev['return_mean']:.2f} | {ev['length_mean']:.0f} | {train:.2f} | "
-                f"{compile_s:.0f} | {sps:.0f} |")
-
-    label, script = ALGOS[ALGO]["label"], ALGOS[ALGO]["script"]
-    lines = [f"# {label} on {ENV}: ours vs Craftax_Baselines' {script}, {args.steps:,} env steps per seed, "
-             f"{args.num_envs} envs (CPU)", "",
-             f"Commit `{args.commit}`. Craftax_Baselines at `{peers[0]['baselines_commit'][:7] if peers else '?'}`, "
-             "unmodified, its own process per seed. Commands:", ""]
-    for p in peers:
-        lines.append(f"    (cd Craftax_Baselines && WANDB_MODE=offline {p['command']})")
-    for o in ours:
-        lines.append(f"    {o['command']}")
-    lines += ["    " + result["table_command"], "",
-              f"Evaluation: {args.episodes} fresh episodes per seed, sampled actions, the same code for both "
-              f"(experiments/side_by_side_craftax.py's achievement_eval). Score % of max = mean return / {MAX_RETURN:g}; "
-              f"achievements % = mean over the {NUM_ACHIEVEMENTS} achievements of the success rate; Crafter score = "
-              "exp(mean ln(1 + rate%)) - 1. Training return: episodes that ended in the last "
-              f"{int(100 * args.fraction)}% of updates (theirs: the mean of their per-update means, as they log it).",
-              "", "| side | seed | score % of max | achievements % | Crafter score | eval return | eval length | "
-              "training return | compile s | env steps/s |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for p in peers:
-        lines.append(row(f"Craftax_Baselines {script}", p["seed"], p["eval"], p["training_return_last"],
-                         p["compile_s_estimate"] or float("nan"), p["env_steps_per_s_steady"] or float("nan")))
-    for o in ours:
-        for seed in o["seeds"]:
-            lines.append(row(f"ours ({label})", seed, o["eval"][seed], o["training_return_last"][seed],
-                             o["compile_s"], o["env_steps_per_s"]))
-    if unfinished:
-        lines += ["", f"Not in this table (still running or killed when it was written): {', '.join(unfinished)}."]
-    names = _achievement_names()
-    lines += ["", "Per-achievement success rate, % of evaluation episodes (mean over seeds):", "",
-              "| achievement | Craftax_Baselines | ours |", "|---|---:|---:|"]
-    for name in names:
-        theirs = np.mean([p["eval"]["success_rate_pct"][name] for p in peers]) if peers else float("nan")
-        mine = np.mean([o["eval"][s]["success_rate_pct"][name] for o in ours for s in o["seeds"]]) if ours else float("nan")
-        lines.append(f"| {name} | {theirs:.1f} | {mine:.1f} |")
-    lines += ["", "Env steps/s: theirs = the median of their own per-update rate (logged `sps`, compile "
-              "excluded), one seed per process; ours = summary.json's rate over the whole run (compile "
-              "excluded), all seeds in one process (the seeds split over one host device per core). Compile: ours = summary.json's "
-              "compile_seconds; theirs = (process start to their first logged update) minus one update at "
-              "their steady rate, an estimate (it includes Python start-up and W&B's). Load average at the "
-              "end of each run: " + ", ".join(f"{p['load_avg_at_end'][0]:.1f}" for p in peers) + " (theirs), "
-              + ", ".join(f"{o['load_avg_at_end'][0]:.1f}" for o in ours) + " (ours), on a 2-core machine "
-              "shared with other jobs.", ""]
-    # the provenance lines the results check reads (experiments/provenance.py): the commit the runs
-    # were made at (--commit) and this table's command
-    lines += [f"commit: {args.commit}", f"command: `{result['table_command']}`"]
-    (RESULTS / "side_by_side_craftax.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    print(f"wrote {RESULTS / 'side_by_side_craftax.json'}: peer seeds {[p['seed'] for p in peers]}, ours "
+          f"{[o['seeds'] for o in ours]}, not finished {unfinished}")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["peer", "ours", "eval", "table"])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=["peer", "ours", "eval", "record", "all"],
+                        help="all: peer for every seed, ours, then record")
     parser.add_argument("--env", choices=sorted(SPECS), default="Craftax-Classic-Symbolic-v1")
     parser.add_argument("--algo", choices=sorted(ALGOS), default="ppo",
                         help="ppo: their ppo.py vs our PPO (MLP); ppo_rnn: their ppo_rnn.py vs our PPO-GRU")
     parser.add_argument("--run", default=None, help="eval: the run dir (under --work) to evaluate")
-    parser.add_argument("--seed", type=int, default=3000)
-    parser.add_argument("--num-seeds", type=int, default=2)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[3000, 3001])
     parser.add_argument("--steps", type=int, default=196608, help="env steps per seed")
     parser.add_argument("--num-envs", type=int, default=64)
     parser.add_argument("--episodes", type=int, default=32, help="evaluation episodes per seed")
     parser.add_argument("--limit", type=int, default=10000, help="evaluation step limit")
-    parser.add_argument("--fraction", type=float, default=0.1)
     parser.add_argument("--baselines", default="/work/peers/Craftax_Baselines")
     parser.add_argument("--work", default=None, help="run dirs (default: per env, outside the project)")
     parser.add_argument("--results", default=None,
-                        help="table's dir under experiments/results/ (default: per env and algorithm)")
-    parser.add_argument("--commit", default=None)
+                        help="the record's dir under experiments/results/ (default: per env and algorithm)")
     args = parser.parse_args()
     select_env(args.env, args.algo, args.results)
     args.work = args.work or SPECS[args.env]["work"] + ALGOS[args.algo]["dir_suffix"]
-    if args.what == "peer":
-        run_peer(args)
-    elif args.what == "ours":
+    if args.what in ("peer", "all"):
+        for seed in args.seeds:
+            run_peer(args, seed)
+    if args.what in ("ours", "all"):
         run_ours(args)
-    else:
+    if args.what in ("eval", "record", "all"):
         from purejaxrl_opt.host.xla_flags import set_default_xla_flags
 
         set_default_xla_flags()
         if args.what == "eval":
             print(json.dumps(cached_eval(Path(args.work) / args.run, args), indent=2))
         else:
-            table(args)
+            record(args)
 
 
 if __name__ == "__main__":
