@@ -198,3 +198,24 @@ def test_learn_craftax_suite_rebuilds_the_stored_table(tmp_path):
             [stored[name]["training_return_per_seed"][str(s)] for s in stored[name]["seeds"]])
     # learn_craftax.md: PPO 3.35 / 4.10 (mean 3.73), training 3.63 / 3.81; random 1.47 / 1.66, 1.35 / 1.40
     assert round(got["ppo"]["mean"], 2) == 3.73 and round(got["random"]["mean"], 2) == 1.57
+
+
+def test_recurrent_floors_suite_rebuilds_the_stored_floors_from_the_results_file(tmp_path):
+    got = _run(tmp_path, "recurrent_floors")
+    stored = json.loads((RESULTS / "recurrent_floors.json").read_text())
+    for name, run in stored.items():
+        assert got[name]["final_returns"] == run["final_return_per_seed"] and got[name]["seeds"] == run["seeds"]
+        assert got[name]["mean"] == pytest.approx(run["final_return_mean"]), name
+        floor = [ref["value"] for ref in got[name]["references"]]
+        assert floor == ([] if run["floor"] is None else [run["floor"]]), name
+    # docs/results.md's table: GRU 496.6 / 478.7 / 1.00 against floors 450 / 400 / 0.9; MLP 43.2 / 42.6 / -0.06
+    assert [round(got[n]["mean"], 1) for n in ("ppo_gru_cartpole_novel", "trpo_gru_cartpole_novel",
+                                                "ppo_mlp_cartpole_novel", "trpo_mlp_cartpole_novel")] \
+        == [496.6, 478.7, 43.2, 42.6]
+    with pytest.raises(suites.ConfigError, match="option 'what' is missing"):
+        readers.read("results_json", "experiments/results/recurrent_floors.json", [100],
+                     {"returns": "ppo_gru_memorychain10.final_return_per_seed", "seeds": "ppo_gru_memorychain10.seeds"})
+    with pytest.raises(ValueError, match=r"no returns of seeds \[99\]"):
+        readers.read("results_json", "experiments/results/recurrent_floors.json", [99, 100],
+                     {"returns": "ppo_gru_memorychain10.final_return_per_seed", "seeds": "ppo_gru_memorychain10.seeds",
+                      "what": "x"})

@@ -182,9 +182,41 @@ def craftax_side_by_side(path: Path, seeds: list[int], options: dict) -> dict:
                    late_training_return=late, **more)
 
 
+# ------------------------------------------------------------------------------ a results file's numbers
+def results_json(path: Path, seeds: list[int], options: dict) -> dict:
+    """Per-seed final returns kept in a JSON results file of this repository, where the runs
+    themselves were not stored (an earlier script's record): ``options['returns']`` and
+    ``options['seeds']`` are the dotted keys of the ``[S]`` lists; ``env_steps_per_s`` and
+    ``compile_s`` optional dotted keys of numbers; ``what`` how the file's script measured the
+    returns."""
+    record = json.loads(path.read_text())
+
+    def at(key: str):
+        value = record
+        for part in key.split("."):
+            value = value[part]
+        return value
+
+    for key in ("returns", "seeds", "what"):
+        if key not in options:
+            raise ConfigError(f"reader results_json: option {key!r} is missing (the dotted key of the per-seed "
+                              "returns, of their seeds, and what the returns are)")
+    stored_seeds, returns = [int(s) for s in at(options["seeds"])], at(options["returns"])
+    missing = sorted(set(seeds) - set(stored_seeds))
+    if len(returns) != len(stored_seeds):
+        raise ValueError(f"{path}: {options['returns']} has {len(returns)} values for the {len(stored_seeds)} "
+                         f"seeds of {options['seeds']}")
+    if missing:
+        raise ValueError(f"{path}: no returns of seeds {missing} (it holds {stored_seeds})")
+    by_seed = dict(zip(stored_seeds, returns))
+    more = {name: float(at(options[name])) for name in ("env_steps_per_s", "compile_s") if name in options}
+    return _record(seeds, [by_seed[s] for s in seeds], f"{options['what']} ({path.name}: {options['returns']})",
+                   **more)
+
+
 READERS: dict[str, Callable[[Path, list[int], dict], dict]] = {
     "run_dir": run_dir, "jumanji_a2c_log": jumanji_a2c_log, "brax_ppo_json": brax_ppo_json,
-    "craftax_side_by_side": craftax_side_by_side,
+    "craftax_side_by_side": craftax_side_by_side, "results_json": results_json,
 }
 
 
