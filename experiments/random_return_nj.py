@@ -6,7 +6,9 @@ logits: uniform over all actions, and on envs with action masks also uniform ove
     python experiments/random_return_nj.py navix/Navix-Empty-8x8-v0 --episodes 1024
     python experiments/random_return_nj.py jumanji/Snake-v1 --params '{"max_steps_in_episode": 500}'
 
-Prints and writes ``experiments/results/random_return_<library>_<name>.json``.
+Prints and writes ``experiments/results/random_return_<library>_<name>.json`` (with its commit and
+command: provenance.write_json); the suites read their random-policy references from it
+(``reference: {file, key}``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from purejaxrl_opt import envs
 from purejaxrl_opt.core.models.distributions import Categorical
 from purejaxrl_opt.core.stages.evaluation import play_episodes
 from purejaxrl_opt.core.models.networks import masked
+
+import provenance
 
 
 def random_returns(env_id: str, params: dict, episodes: int, seed: int, use_mask: bool) -> np.ndarray:
@@ -47,9 +51,7 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     params = json.loads(args.params)
-    result = {"env_id": args.env_id, "env_params": params, "episodes": args.episodes, "seed": args.seed,
-              "command": "python experiments/random_return_nj.py " + args.env_id
-              + (f" --params '{args.params}'" if params else "") + f" --episodes {args.episodes}"}
+    result = {"env_id": args.env_id, "env_params": params, "episodes": args.episodes, "seed": args.seed}
     start = time.time()
     returns, spec = random_returns(args.env_id, params, args.episodes, args.seed, use_mask=False)
     result["uniform_all_actions"] = {"mean": float(returns.mean()), "std": float(returns.std()),
@@ -62,7 +64,7 @@ def main() -> None:
     print(json.dumps(result, indent=1))
     library, name = args.env_id.split("/", 1)
     out = Path(args.out or Path(__file__).parent / "results" / f"random_return_{library}_{name}.json")
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    provenance.write_json(out, result)  # the commit and this command line first, as every results file
 
 
 if __name__ == "__main__":
