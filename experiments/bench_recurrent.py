@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 from purejaxrl_opt.core import algos  # noqa: E402
 from purejaxrl_opt.core.algos.base import init_loop, run_updates  # noqa: E402
-from purejaxrl_opt.config.schema import EnvConfig, NetworkConfig, PPOConfig, RunConfig  # noqa: E402
+from purejaxrl_opt.config.schema import EnvConfig, NetworkConfig, RunConfig  # noqa: E402
+from purejaxrl_opt.core.algos.ppo import PPOConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -41,7 +41,9 @@ from purejaxrl_opt import envs
 from purejaxrl_opt.core.stages import losses, natural_gradient, rollout
 from purejaxrl_opt.core.algos import trpo
 from purejaxrl_opt.core.algos.base import init_loop, run_updates
-from purejaxrl_opt.config.schema import EnvConfig, PPOConfig, RunConfig, TRPOConfig
+from purejaxrl_opt.config.schema import EnvConfig, RunConfig
+from purejaxrl_opt.core.algos.ppo import PPOConfig
+from purejaxrl_opt.core.algos.trpo import TRPOConfig
 from purejaxrl_opt.host.sweep import lane_inputs
 
 

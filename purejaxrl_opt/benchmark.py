@@ -49,7 +49,8 @@ from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from purejaxrl_opt.host import artifacts  # noqa: E402
-from purejaxrl_opt.config.schema import ConfigError, from_dictconfig  # noqa: E402
+from purejaxrl_opt.config.schema import ConfigError  # noqa: E402
+from purejaxrl_opt.host.settings import parse_settings  # noqa: E402
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 SUITE_DIR = CONF_DIR / "benchmark"
@@ -248,7 +249,7 @@ def compose_entry(entry: Entry, extra: list[str] = ()) -> DictConfig:
 
 def check_entry(entry: Entry, cfg: DictConfig) -> None:
     try:
-        from_dictconfig(cfg)  # every key and value, as the CLI checks them
+        parse_settings(cfg)  # every key and value, as the CLI checks them
     except ConfigError as error:
         raise ConfigError(f"entry {entry.name!r}: {error}") from None
     sweep = OmegaConf.select(cfg, "sweep", default=None) or {}

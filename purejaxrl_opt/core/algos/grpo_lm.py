@@ -41,7 +41,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from purejaxrl_opt.core.stages import lm_policy
-from purejaxrl_opt.config.schema import GRPOConfig
+from purejaxrl_opt.config.schema import AlgoConfig
 from purejaxrl_opt.core.stages.grpo_objective import has_spread, group_advantages, overlong_penalty, policy_objective
 from purejaxrl_opt.config.lm import LMTrainConfig, ModelConfig
 from purejaxrl_opt.core.stages.lm_policy import Batch, completion_log_probs, micro_reduce
@@ -65,7 +65,7 @@ class LMGRPO(lm_policy.LMTrainer):
     copy in full fine-tuning with ``beta > 0``, else None; it is an argument (never a closure
     constant, so a compile does not embed the weights)."""
 
-    algo: GRPOConfig
+    algo: AlgoConfig  # a GRPOConfig (core/algos/grpo.py; an algorithm imports no other)
     lm: LMTrainConfig
     model: ModelConfig
     cfg: causal_lm.LMConfig
