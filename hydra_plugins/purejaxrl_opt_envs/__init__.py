@@ -124,15 +124,19 @@ class EnvIdConfigSource(ConfigSource):
         return (Path(self.path) / GROUP / DEFAULTS).is_file()
 
     def is_group(self, config_path: str) -> bool:
-        return config_path.strip("/") == ALGO_GROUP
+        # the root too: Hydra lists the groups of every source that has it (--help)
+        return config_path.strip("/") in ("", ALGO_GROUP)
 
     def is_config(self, config_path: str) -> bool:
         return self._served(config_path) is not None
 
     def list(self, config_path: str, results_filter: Optional[ObjectType]) -> List[str]:
-        if config_path.strip("/") != ALGO_GROUP or results_filter == ObjectType.GROUP:
-            return []
-        return sorted(_algorithms())
+        path = config_path.strip("/")
+        if path == "" and results_filter in (None, ObjectType.GROUP):
+            return [ALGO_GROUP]
+        if path == ALGO_GROUP and results_filter in (None, ObjectType.CONFIG):
+            return sorted(_algorithms())
+        return []
 
 
 class EnvIdSearchPath(SearchPathPlugin):

@@ -13,7 +13,7 @@ outcome inside its group, ``A_i = (R_i - mean(R)) / std(R)``, the same for all o
 
 over ``update_epochs x num_minibatches`` passes (:func:`policy_objective`), where minibatches hold
 whole episodes and steps after an episode's end count nowhere. Variants, each a config key
-(conf/algo/grpo.yaml), with TRL's GRPOTrainer names where it has one:
+(GRPOConfig below), with TRL's GRPOTrainer names where it has one:
 
 * ``reduce``: ``loss_norm`` / ``loss_type`` (grpo: per-episode mean then mean, bnpo/dapo: token
   mean, dr_grpo: a constant), ``scale_rewards`` (group / batch / none);

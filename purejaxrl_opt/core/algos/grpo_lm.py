@@ -14,7 +14,7 @@ One update of the host driver (:mod:`purejaxrl_opt.host.lm.runner`) is
    of its minibatch inside a ``lax.scan``.
 
 The loss is the environment GRPO's, :func:`purejaxrl_opt.core.stages.grpo_objective.policy_objective`, with every
-variant of ``conf/algo/grpo.yaml`` (``loss_type``/``loss_norm``, ``scale_rewards``, GSPO's sequence
+variant of ``GRPOConfig`` (core/algos/grpo.py) (``loss_type``/``loss_norm``, ``scale_rewards``, GSPO's sequence
 ratio, ``epsilon_high``, ``delta``, the k3 KL and its importance weight, ``mask_truncated_completions``,
 ``overlong_buffer``), over completion tokens only: prompt tokens and the padding after a completion's
 stop token are masked. The per-token log-probs are those of the tempered policy, ``softmax(logits / T)``
