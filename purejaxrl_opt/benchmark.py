@@ -49,7 +49,7 @@ from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from purejaxrl_opt.host import artifacts  # noqa: E402
-from purejaxrl_opt.config.schema import ConfigError  # noqa: E402
+from purejaxrl_opt.config.schema import ALGORITHMS, ConfigError  # noqa: E402
 from purejaxrl_opt.host.settings import parse_settings  # noqa: E402
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -115,6 +115,17 @@ def _choices(group: str) -> list[str]:
     return sorted(p.relative_to(root).with_suffix("").as_posix() for p in root.rglob("*.yaml"))
 
 
+def _is_env_id(env: str) -> bool:
+    """Whether ``env`` is a gymnax or token env id (served as ``env=<id>`` without a file)."""
+    from purejaxrl_opt.envs.registry import split_id
+
+    try:
+        split_id(env)
+    except ConfigError:
+        return False
+    return True
+
+
 def suite_path(suite: str) -> Path:
     if not isinstance(suite, str) or not suite:
         raise ConfigError(f"config key 'suite' = {suite!r} is invalid: must be one of "
@@ -178,7 +189,7 @@ def load_suite(suite: str, num_seeds: int | None = None, seed: int | None = None
     items = raw.get("entries")
     if not isinstance(items, list) or not items:
         raise ConfigError(f"suite key 'entries' in {path} is invalid: must be a non-empty list")
-    algos, envs = _choices("algo"), _choices("env")
+    algos, envs = sorted(ALGORITHMS), _choices("env")
     entries, names = [], set()
     for i, item in enumerate(items):
         where = f"entries[{i}]"
@@ -191,11 +202,11 @@ def load_suite(suite: str, num_seeds: int | None = None, seed: int | None = None
             raise ConfigError(f"suite key '{where}.algo' = {item.get('algo')!r} is invalid: must be one "
                               f"of {algos}")
         env = item.get("env")
-        # '<library>/<id>' without a file is served by hydra_plugins/purejaxrl_opt_envs; its id is
-        # checked by the env registry when the entry is composed and checked (check_entry)
-        if env not in envs and not (isinstance(env, str) and "/" in env):
-            raise ConfigError(f"suite key '{where}.env' = {env!r} is invalid: must be one of {envs} or "
-                              "'<library>/<id>' (any id of an env library)")
+        # an id without a file (a gymnax id, '<library>/<id>') is served by hydra_plugins/purejaxrl_opt_envs;
+        # a library's id is checked by the env registry when the entry is composed and checked (check_entry)
+        if env not in envs and not (isinstance(env, str) and ("/" in env or _is_env_id(env))):
+            raise ConfigError(f"suite key '{where}.env' = {env!r} is invalid: must be one of {envs}, a gymnax "
+                              "or token env id, or '<library>/<id>' (any id of an env library)")
         name = item.get("name") or f"{item['algo']}_{item['env']}"
         if not isinstance(name, str) or not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
             raise ConfigError(f"suite key '{where}.name' = {name!r} is invalid: must be a non-empty name "
