@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     algo = algos.make_algorithm(run, env)
     keys, hparams = sweep.lane_inputs(run, None)
     # the CLI's device layout (lanes=auto: lanes sharded over the host devices, one per core)
-    layout = parallel.make_layout(parallel.ParallelSettings(), run, len(sweep.lanes(run, None)))
+    layout = parallel.make_layout(parallel.ParallelConfig(), run, len(sweep.lanes(run, None)))
     compiled = runner.Compiled(algo, keys, hparams, layout)
     print(f"[bench_chunks] compiled in {compiled.seconds:.1f}s; {algo.num_updates} updates x {args.seeds} "
           f"lanes; layout {layout.describe()}", flush=True)

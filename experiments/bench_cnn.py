@@ -40,7 +40,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from purejaxrl_opt.core import algos
 from purejaxrl_opt.core.models import networks  # noqa: E402
-from purejaxrl_opt.config.schema import ALGO_CONFIGS, EnvConfig, NetworkConfig, RunConfig  # noqa: E402
+from purejaxrl_opt.config.schema import algo_config, EnvConfig, NetworkConfig, RunConfig  # noqa: E402
 from purejaxrl_opt.host.runner import Compiled, train_lanes  # noqa: E402
 from purejaxrl_opt.host.sweep import lane_inputs  # noqa: E402
 
@@ -54,7 +54,7 @@ def _flax_conv(features, kernel_size, kernel_init, name):
 
 def build(variant: str, args, lanes: int, env_steps: int):
     """Compile one variant; returns (compiled, keys, hparams, num_updates, compile seconds)."""
-    run = RunConfig(algo=ALGO_CONFIGS["ppo"](num_envs=args.num_envs, num_steps=args.num_steps,
+    run = RunConfig(algo=algo_config("ppo")(num_envs=args.num_envs, num_steps=args.num_steps,
                                              num_minibatches=args.num_minibatches),
                     env=EnvConfig(id=args.env),
                     network=NetworkConfig(hidden_sizes=tuple(args.hidden_sizes),

@@ -29,16 +29,17 @@ def worker(mode: str, devices: int, timesteps: int) -> dict:
     import jax
 
     from purejaxrl_opt.host import parallel, runner
-    from purejaxrl_opt.config.schema import EnvConfig, PPOConfig, RunConfig
+    from purejaxrl_opt.config.schema import EnvConfig, RunConfig
+    from purejaxrl_opt.core.algos.ppo import PPOConfig
 
     if mode == "lanes":  # 8 independent agents, split over the devices
         run = RunConfig(algo=PPOConfig(num_envs=8, num_steps=128), env=EnvConfig(id="CartPole-v1"),
                         num_seeds=8, total_timesteps=timesteps, eval_episodes=2)
-        settings = parallel.ParallelSettings("auto" if devices > 1 else "off", 1)
+        settings = parallel.ParallelConfig("auto" if devices > 1 else "off", 1)
     else:  # one agent, 32 envs split over the devices
         run = RunConfig(algo=PPOConfig(num_envs=32, num_steps=128), env=EnvConfig(id="CartPole-v1"),
                         num_seeds=1, total_timesteps=timesteps * 4, eval_episodes=2)
-        settings = parallel.ParallelSettings("off", devices)
+        settings = parallel.ParallelConfig("off", devices)
     run.validate()
     result = runner.execute(run, tempfile.mkdtemp(prefix="bench_devices_"), parallel=settings)
     s = result.summary

@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     env = algos.make_env(run)
     algo = algos.make_algorithm(run, env)
     keys, hparams = sweep.lane_inputs(run, None)
-    layout = (parallel.make_layout(parallel.ParallelSettings(), run, len(sweep.lanes(run, None)))
+    layout = (parallel.make_layout(parallel.ParallelConfig(), run, len(sweep.lanes(run, None)))
               if args.layout == "cli" else None)
     compiled = runner.Compiled(algo, keys, hparams, layout)
     memory = compiled.updates.memory_analysis()

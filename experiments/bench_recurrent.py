@@ -24,7 +24,8 @@ import jax
 
 from purejaxrl_opt.core import algos  # noqa: E402
 from purejaxrl_opt.core.algos.base import init_loop, run_updates  # noqa: E402
-from purejaxrl_opt.config.schema import EnvConfig, NetworkConfig, PPOConfig, RunConfig  # noqa: E402
+from purejaxrl_opt.config.schema import EnvConfig, NetworkConfig, RunConfig  # noqa: E402
+from purejaxrl_opt.core.algos.ppo import PPOConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -33,7 +33,7 @@ import numpy as np
 from purejaxrl_opt.core import algos
 from purejaxrl_opt.formats import checkpoint
 from purejaxrl_opt.host import sweep
-from purejaxrl_opt.config.schema import ALGO_CONFIGS, EnvConfig, RunConfig, with_overrides
+from purejaxrl_opt.config.schema import algo_config, EnvConfig, RunConfig, with_overrides
 from purejaxrl_opt.host.loggers import Console
 from purejaxrl_opt.host.runner import Compiled, loop_shape, train_lanes
 
@@ -150,7 +150,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "bench_sweep.json"))
     args = parser.parse_args(argv)
 
-    base = RunConfig(algo=ALGO_CONFIGS["ppo"](), env=EnvConfig(args.env), num_seeds=args.seeds,
+    base = RunConfig(algo=algo_config("ppo")(), env=EnvConfig(args.env), num_seeds=args.seeds,
                      total_timesteps=args.total_timesteps, eval_episodes=8)
     base.validate()
     values = [float(f"{v:.3g}") for v in np.geomspace(1e-4, 3e-3, args.configs)]

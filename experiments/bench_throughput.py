@@ -53,7 +53,7 @@ from purejaxrl_opt.core import algos
 from purejaxrl_opt import envs
 from purejaxrl_opt.core.stages import rollout  # noqa: E402
 from purejaxrl_opt.core.algos.base import init_loop, run_updates  # noqa: E402
-from purejaxrl_opt.config.schema import ALGO_CONFIGS, EnvConfig, RunConfig  # noqa: E402
+from purejaxrl_opt.config.schema import algo_config, EnvConfig, RunConfig  # noqa: E402
 from purejaxrl_opt.core.models.networks import Critic  # noqa: E402
 from purejaxrl_opt.host.sweep import lane_inputs, lane_keys  # noqa: E402
 
@@ -115,7 +115,7 @@ def data_parallel_fn(run: RunConfig, env_tuple, keys, data: int):
     returns the env steps it ran; and its compile seconds."""
     from purejaxrl_opt.host import parallel
 
-    layout = parallel.make_layout(parallel.ParallelSettings(lanes="off", data=data), run, keys.shape[0],
+    layout = parallel.make_layout(parallel.ParallelConfig(lanes="off", data=data), run, keys.shape[0],
                                   devices=jax.local_devices()[:data])
     data_algo = algos.make_algorithm(run, env_tuple, axis_name=parallel.DATA)
     return _sharded_train(run, env_tuple, keys, layout, data_algo)
@@ -127,7 +127,7 @@ def lanes_fn(run: RunConfig, env_tuple, keys):
     is one device. Returns (callable, compile seconds, lane blocks)."""
     from purejaxrl_opt.host import parallel
 
-    layout = parallel.make_layout(parallel.ParallelSettings(), run, keys.shape[0])
+    layout = parallel.make_layout(parallel.ParallelConfig(), run, keys.shape[0])
     if not layout.active:
         return None, 0.0, 1
     return (*_sharded_train(run, env_tuple, keys, layout), layout.lane_rows)
@@ -165,7 +165,7 @@ def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, la
     fns = {"random": _blocking(random_fn, keys)}
 
     # (b) acting only: the training rollout without any learning
-    run = RunConfig(algo=ALGO_CONFIGS["ppo"](num_envs=num_envs, num_steps=num_steps),
+    run = RunConfig(algo=algo_config("ppo")(num_envs=num_envs, num_steps=num_steps),
                     env=EnvConfig(id=env_id), total_timesteps=num_envs * num_steps * num_updates)
     ppo = algos.make_algorithm(run, (env, env_params, spec))
     hparams = lane_inputs(dataclasses.replace(run, num_seeds=lanes))[1]
@@ -230,7 +230,7 @@ def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, la
             overrides = {"num_groups": max(1, num_envs // group_size), "group_size": group_size}
         else:
             overrides = {"num_envs": num_envs, "num_steps": num_steps}
-        cfg = ALGO_CONFIGS[name](**overrides)
+        cfg = algo_config(name)(**overrides)
         total = num_envs * num_steps * num_updates
         run = RunConfig(algo=cfg, env=EnvConfig(id=env_id), total_timesteps=total)
         algo = algos.make_algorithm(run, (env, env_params, spec))
@@ -298,9 +298,9 @@ def _cli_rate(env_id: str, num_envs: int, num_steps: int, num_updates: int, lane
     import tempfile
 
     from purejaxrl_opt.host import loggers, runner
-    from purejaxrl_opt.config.schema import CheckpointConfig
+    from purejaxrl_opt.formats.checkpoint import CheckpointConfig
 
-    run = RunConfig(algo=ALGO_CONFIGS["ppo"](num_envs=num_envs, num_steps=num_steps),
+    run = RunConfig(algo=algo_config("ppo")(num_envs=num_envs, num_steps=num_steps),
                     env=EnvConfig(id=env_id), num_seeds=lanes,
                     total_timesteps=num_envs * num_steps * num_updates)
     run.validate()

@@ -69,15 +69,15 @@ def plan(small: bool, env_ids=ENVS, algo_names=ALGOS, lanes=None) -> list[tuple[
 
 
 def run_config(env_id: str, algo: str, lanes: int, updates: int, small: bool, conv_impl: str = "auto"):
-    from purejaxrl_opt.config.schema import ALGO_CONFIGS, EnvConfig, NetworkConfig, RunConfig
+    from purejaxrl_opt.config.schema import algo_config, EnvConfig, NetworkConfig, RunConfig
 
     shape = shapes(env_id, small)
     if algo == "grpo":
-        cfg = ALGO_CONFIGS[algo](num_groups=shape["num_groups"], group_size=shape["group_size"],
+        cfg = algo_config(algo)(num_groups=shape["num_groups"], group_size=shape["group_size"],
                                  max_episode_steps=shape["max_episode_steps"], num_minibatches=1)
         per_update = shape["num_groups"] * shape["group_size"] * shape["max_episode_steps"]
     else:
-        cfg = ALGO_CONFIGS[algo](num_envs=shape["num_envs"], num_steps=shape["num_steps"])
+        cfg = algo_config(algo)(num_envs=shape["num_envs"], num_steps=shape["num_steps"])
         per_update = shape["num_envs"] * shape["num_steps"]
     run = RunConfig(algo=cfg, env=EnvConfig(id=env_id, normalize_obs=env_id.startswith("playground/")),
                     network=NetworkConfig(conv_impl=conv_impl), seed=0, num_seeds=lanes,
@@ -98,7 +98,7 @@ def measure(env_id: str, algo_name: str, lanes: int, updates: int, small: bool, 
         env_cache[env_id] = algos.make_env(run)
     algo = algos.make_algorithm(run, env_cache[env_id])
     keys, hparams = lane_inputs(run)
-    layout = parallel.make_layout(parallel.ParallelSettings(), run, lanes)
+    layout = parallel.make_layout(parallel.ParallelConfig(), run, lanes)
     compiled = Compiled(algo, keys, hparams, layout)
     keys, hparams = compiled.place_inputs(keys, hparams)
     loop = compiled.init(keys, hparams)

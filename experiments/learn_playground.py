@@ -24,7 +24,8 @@ import numpy as np
 from purejaxrl_opt import envs
 from purejaxrl_opt.core.stages import evaluation
 from purejaxrl_opt.host import runner
-from purejaxrl_opt.config.schema import EnvConfig, NetworkConfig, PPOConfig, RunConfig
+from purejaxrl_opt.config.schema import EnvConfig, NetworkConfig, RunConfig
+from purejaxrl_opt.core.algos.ppo import PPOConfig
 
 import provenance
 

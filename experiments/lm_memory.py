@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-from experiments.provenance import markdown_footer, stamp  # noqa: E402
+from provenance import markdown_footer, stamp  # noqa: E402
 
 OUT = ROOT / "experiments" / "results" / "lm_memory"
 TRAINERS = ("grpo_full", "grpo_lora", "grpo_beta0", "ppo_value_lm")
@@ -71,7 +71,8 @@ def measure_one(spec: dict) -> dict:
     import numpy as np
 
     from purejaxrl_opt.core.algos import grpo_lm, ppo_lm
-    from purejaxrl_opt.config.schema import GRPOConfig, hyperparameters
+    from purejaxrl_opt.config.schema import hyperparameters
+    from purejaxrl_opt.core.algos.grpo import GRPOConfig
     from purejaxrl_opt.host.lm.runner import default_model_path, load_model
     from purejaxrl_opt.config.lm import LMTrainConfig, ModelConfig, PPOLMConfig
     from purejaxrl_opt.core.stages.lm_policy import Batch

@@ -40,7 +40,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from purejaxrl_opt.host import rundir
 from purejaxrl_opt.formats.checkpoint import CheckpointError, CheckpointWriteError
-from purejaxrl_opt.config.schema import ConfigError, LoggerConfig
+from purejaxrl_opt.config.schema import ConfigError
+from purejaxrl_opt.host.loggers import LoggerConfig
 from purejaxrl_opt.host.settings import parse_parallel, parse_settings
 
 
@@ -127,7 +128,8 @@ def _refused(message: str, out_dir: str):
 def _batched_search_job(cfg: DictConfig) -> bool:
     """Whether this run is a job of a batched search (``sweep.batch > 1``); ``sweep.batch`` means
     nothing outside ``-m hydra/sweeper=optuna``, so there it is refused."""
-    from purejaxrl_opt.config.schema import SweepConfig, parse_section
+    from purejaxrl_opt.config.schema import parse_section
+    from purejaxrl_opt.host.sweep import SweepConfig
 
     section = parse_section(SweepConfig, cfg.get("sweep"), "sweep")
     if section.batch == 1:

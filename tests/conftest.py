@@ -31,7 +31,8 @@ for _flag in TEST_XLA_FLAGS:
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
-from purejaxrl_opt.config.schema import EnvConfig, PPOConfig, RunConfig  # noqa: E402
+from purejaxrl_opt.config.schema import EnvConfig, RunConfig  # noqa: E402
+from purejaxrl_opt.core.algos.ppo import PPOConfig  # noqa: E402
 
 
 def compose(*overrides: str):

@@ -359,13 +359,14 @@ def test_checkpoints_are_named_by_the_update_reached(tmp_path):
     updates, inside the progress chunk 16..32 (chunks double with a budget): the final checkpoint is
     named 28, and it holds update counters of 28."""
     from purejaxrl_opt.host import runner
-    from purejaxrl_opt.config.schema import EnvConfig, GRPOConfig, RunConfig
+    from purejaxrl_opt.config.schema import EnvConfig, RunConfig
+    from purejaxrl_opt.core.algos.grpo import GRPOConfig
 
     run = RunConfig(algo=GRPOConfig(num_groups=2, group_size=2, num_minibatches=2),
                     env=EnvConfig(id="Catch-bsuite"), total_timesteps=1000, num_seeds=1, eval_episodes=1)
     run.validate()
     result = runner.execute(run, tmp_path, loggers=(), num_chunks=4,
-                            checkpoints=runner.CheckpointSettings(every_updates=0, final=True))
+                            checkpoints=checkpoint.CheckpointConfig(every_updates=0, final=True))
     assert result.summary["num_updates"] == 28 and result.summary["max_updates"] == 250
     assert checkpoint.available_steps(tmp_path) == [28]
     assert checkpoint.read_manifest(tmp_path)[1]["update_idx"] == 28

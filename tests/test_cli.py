@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from purejaxrl_opt.config.schema import ConfigError, EnvConfig, PPOConfig, RunConfig, from_dictconfig
+from purejaxrl_opt.config.schema import ConfigError, EnvConfig, RunConfig, from_dictconfig
+from purejaxrl_opt.core.algos.ppo import PPOConfig
 from tests.conftest import compose
 from tests import cli_lifecycle
 
@@ -60,8 +61,11 @@ def test_unknown_algo_or_env_group_lists_options(tmp_path):
 
 
 def test_unknown_top_level_key_is_refused():
-    with pytest.raises(ConfigError, match="unknown config key 'num_seed'"):
-        from_dictconfig({"algo": {"name": "ppo"}, "env": {"id": "CartPole-v1"}, "num_seed": 3})
+    from purejaxrl_opt.host.settings import parse_settings
+
+    with pytest.raises(ConfigError, match=r"unknown config key 'num_seed'; allowed top-level keys: \[.*'logger'.*"
+                                          r"'num_seeds'.*'resume_step'.*'total_timesteps'"):
+        parse_settings({"algo": {"name": "ppo"}, "env": {"id": "CartPole-v1"}, "num_seed": 3})
 
 
 def test_validation_messages_name_key_value_and_allowed():

@@ -374,7 +374,8 @@ def _spec(**fields):
 
 def test_normalising_masked_observations_is_refused_before_compiling():
     from purejaxrl_opt.core import algos
-    from purejaxrl_opt.config.schema import EnvConfig, PPOConfig, RunConfig
+    from purejaxrl_opt.config.schema import EnvConfig, RunConfig
+    from purejaxrl_opt.core.algos.ppo import PPOConfig
 
     run = RunConfig(algo=PPOConfig(), env=EnvConfig(id="CartPole-v1", normalize_obs=True))
     algos.check_env_fit(run, _spec(action_mask=False))
@@ -384,7 +385,8 @@ def test_normalising_masked_observations_is_refused_before_compiling():
 
 def test_grpo_same_start_groups_need_a_keyed_reset():
     from purejaxrl_opt.core import algos
-    from purejaxrl_opt.config.schema import EnvConfig, GRPOConfig, RunConfig
+    from purejaxrl_opt.config.schema import EnvConfig, RunConfig
+    from purejaxrl_opt.core.algos.grpo import GRPOConfig
 
     run = RunConfig(algo=GRPOConfig(), env=EnvConfig(id="CartPole-v1"))
     algos.check_env_fit(run, _spec(keyed_reset=True))
@@ -459,7 +461,7 @@ def test_any_id_without_a_file_takes_the_library_defaults_and_no_tuned_file():
     run = from_dictconfig(cfg)
     tuned = _compose(ROOT / "conf", ["algo=trpo", "env=CartPole-v1"])
     assert run.env.id == "gymnax/CartPole-v1" and dict(run.env.params) == {}
-    # conf/tuned/trpo_CartPole-v1.yaml (max_kl 0.005) is not applied: conf/algo/trpo.yaml's 0.01 is
+    # conf/tuned/trpo_CartPole-v1.yaml (max_kl 0.005) is not applied: TRPOConfig's default 0.01 is
     assert tuned.algo.max_kl == 0.005 and run.algo.max_kl == 0.01
     with pytest.raises(ConfigError, match="gymnax has no env 'Nope'"):
         from_dictconfig(_compose(ROOT / "conf", ["env=any", "env.id=gymnax/Nope"]))

@@ -13,8 +13,9 @@ from purejaxrl_opt.core import algos
 from purejaxrl_opt import envs
 from purejaxrl_opt.core.stages import episode_losses, losses, rollout
 from purejaxrl_opt.core.algos import grpo
-from purejaxrl_opt.config.schema import (ConfigError, EnvConfig, GRPOConfig, PPOConfig, RunConfig,
-                                  hyperparameters)
+from purejaxrl_opt.config.schema import ConfigError, EnvConfig, RunConfig, hyperparameters
+from purejaxrl_opt.core.algos.grpo import GRPOConfig
+from purejaxrl_opt.core.algos.ppo import PPOConfig
 from purejaxrl_opt.core.models.distributions import Categorical
 from purejaxrl_opt.core.models.networks import Actor, count_params
 from purejaxrl_opt.core.algos.base import host_metrics
@@ -431,7 +432,7 @@ def test_runner_chunks_checkpoints_and_resume_are_bitwise_neutral(tmp_path):
     run = _catch_run(num_seeds=2, eval_episodes=4)  # 28 updates of the 250-row buffer
     plain = runner.execute(run, tmp_path / "plain", loggers=())
     chunked = runner.execute(run, tmp_path / "chunked", loggers=(), num_chunks=7,
-                             checkpoints=runner.CheckpointSettings(every_updates=5))
+                             checkpoints=checkpoint.CheckpointConfig(every_updates=5))
     csv = (tmp_path / "plain" / "metrics.csv").read_bytes()
     assert (tmp_path / "chunked" / "metrics.csv").read_bytes() == csv
     assert chunked.summary["final_return_per_seed"] == plain.summary["final_return_per_seed"]
@@ -446,7 +447,7 @@ def test_runner_chunks_checkpoints_and_resume_are_bitwise_neutral(tmp_path):
         shutil.rmtree(checkpoint.checkpoint_dir(resumed_dir) / str(step))
     (resumed_dir / "metrics.csv").unlink()
     resumed = runner.execute(run, resumed_dir, loggers=(), num_chunks=3, resume=True,
-                             checkpoints=runner.CheckpointSettings(every_updates=5))
+                             checkpoints=checkpoint.CheckpointConfig(every_updates=5))
     assert resumed.summary["resumed_from_update"] == 10
     assert (resumed_dir / "metrics.csv").read_bytes() == csv
     for a, b in zip(jax.tree_util.tree_leaves(plain.loop), jax.tree_util.tree_leaves(resumed.loop)):

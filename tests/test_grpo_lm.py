@@ -18,7 +18,8 @@ import pytest
 
 from purejaxrl_opt.formats import checkpoint
 from purejaxrl_opt.core.algos import grpo_lm
-from purejaxrl_opt.config.schema import GRPOConfig, hyperparameters
+from purejaxrl_opt.config.schema import hyperparameters
+from purejaxrl_opt.core.algos.grpo import GRPOConfig
 from purejaxrl_opt.config.errors import ConfigError
 from purejaxrl_opt.host.lm import rewards, runner
 from purejaxrl_opt.host.lm.tiny import tiny_model

@@ -12,7 +12,8 @@ import pytest
 from purejaxrl_opt.core import algos
 from purejaxrl_opt.core.stages import losses, rollout
 from purejaxrl_opt.core.algos import grpo
-from purejaxrl_opt.config.schema import ConfigError, EnvConfig, GRPOConfig, NetworkConfig, RunConfig, hyperparameters
+from purejaxrl_opt.config.schema import ConfigError, EnvConfig, NetworkConfig, RunConfig, hyperparameters
+from purejaxrl_opt.core.algos.grpo import GRPOConfig
 from purejaxrl_opt.core.algos.base import host_metrics
 from purejaxrl_opt.envs.tokens import EOS
 

@@ -111,7 +111,8 @@ def test_checkpoint_fingerprint_leaves_out_auto_implementation_keys():
     """A checkpoint written before network.conv_impl / recurrent_grad existed has neither key: runs at
     the default (auto) must still match it; an explicit choice is part of the fingerprint."""
     from purejaxrl_opt.formats import checkpoint
-    from purejaxrl_opt.config.schema import EnvConfig, PPOConfig, RunConfig
+    from purejaxrl_opt.config.schema import EnvConfig, RunConfig
+    from purejaxrl_opt.core.algos.ppo import PPOConfig
 
     run = RunConfig(algo=PPOConfig(), env=EnvConfig(id="CartPole-v1"))
     auto = checkpoint.fingerprint(run, None, {})

@@ -10,7 +10,7 @@ import jax
 import pytest
 
 from purejaxrl_opt.host import parallel
-from purejaxrl_opt.config.schema import ParallelConfig
+from purejaxrl_opt.host.parallel import ParallelConfig
 from purejaxrl_opt.config.errors import ConfigError
 from purejaxrl_opt.core.stages.lm_policy import fsdp_spec
 from jax.sharding import PartitionSpec as P
@@ -20,11 +20,12 @@ PRELUDE = """
 import jax, numpy as np
 from jax.sharding import Mesh
 from purejaxrl_opt.core.algos import grpo_lm, ppo_lm
-from purejaxrl_opt.config.schema import GRPOConfig, hyperparameters
+from purejaxrl_opt.config.schema import hyperparameters
+from purejaxrl_opt.core.algos.grpo import GRPOConfig
 from purejaxrl_opt.host.lm.tiny import tiny_model
 from purejaxrl_opt.config.lm import LMTrainConfig, ModelConfig, PPOLMConfig
 from purejaxrl_opt.core.stages.lm_policy import Batch, batch_shardings, param_shardings
-from purejaxrl_opt.host.parallel import lm_mesh, ParallelSettings
+from purejaxrl_opt.host.parallel import lm_mesh, ParallelConfig
 
 assert len(jax.devices()) == 4
 P_LEN, T = 6, 4
@@ -72,7 +73,7 @@ for rank in (0, 2):
     if rank == 0 and "slow" in sys.argv:
         want_tokens = single.sample(state, frozen, prompts, prompt_mask, jax.random.key(2))
     for data, fsdp in MESHES if rank == 0 else ((2, 2),):
-        mesh = lm_mesh(ParallelSettings(data=data, fsdp=fsdp), {"batch": 16, "micro": 4})
+        mesh = lm_mesh(ParallelConfig(data=data, fsdp=fsdp), {"batch": 16, "micro": 4})
         grpo = grpo_lm.LMGRPO(algo, lm, config, model.cfg, sampling, P_LEN, 10, mesh)
         s, f, b = place(mesh, state, frozen, batch)
         assert split(s.trained) and split(s.opt_state) and split(f), (rank, data, fsdp)
@@ -96,7 +97,7 @@ config = ModelConfig(path="tiny")
 single = ppo_lm.LMPPO(algo, lm, config, model.cfg, sampling, P_LEN, 10)
 state, frozen = single.init(model.params, jax.random.key(0))
 want_state, want = single.update(state, frozen, batch, hparams, jax.random.key(1))
-mesh = lm_mesh(ParallelSettings(data=2, fsdp=2), {"batch": 16})
+mesh = lm_mesh(ParallelConfig(data=2, fsdp=2), {"batch": 16})
 ppo = ppo_lm.LMPPO(algo, lm, config, model.cfg, sampling, P_LEN, 10, mesh)
 s, f, b = place(mesh, state, frozen, batch)
 new_state, metrics = ppo.update(s, f, b, hparams, jax.random.key(1))

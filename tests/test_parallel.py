@@ -17,7 +17,8 @@ import jax
 import pytest
 
 from purejaxrl_opt.host import parallel
-from purejaxrl_opt.config.schema import ConfigError, PPOConfig
+from purejaxrl_opt.config.schema import ConfigError
+from purejaxrl_opt.core.algos.ppo import PPOConfig
 from tests.conftest import TEST_XLA_FLAGS, small_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +41,8 @@ import jax, numpy as np
 from jax.sharding import Mesh
 from purejaxrl_opt.core import algos
 from purejaxrl_opt.host import parallel, runner, sweep
-from purejaxrl_opt.config.schema import PPOConfig, TRPOConfig
+from purejaxrl_opt.core.algos.ppo import PPOConfig
+from purejaxrl_opt.core.algos.trpo import TRPOConfig
 from tests.conftest import small_run
 
 
@@ -69,7 +71,7 @@ CHECKS = {
         assert len(jax.devices()) == 4
         run = small_run(num_seeds=4, total_timesteps=2048, eval_episodes=2)
         sharded = runner.execute(run, tempfile.mkdtemp(), num_chunks=2,
-                                 parallel=parallel.ParallelSettings("auto"))
+                                 parallel=parallel.ParallelConfig("auto"))
         assert sharded.summary["parallel"] == {"devices": 4, "lane_shards": 4, "data": 1}
         assert len(sharded.loop.algo_state.params["actor"]["params"]["Dense_0"]["kernel"]
                    .sharding.device_set) == 4
@@ -115,23 +117,24 @@ CHECKS = {
     "layouts": """
         import tempfile
         from purejaxrl_opt.host import parallel, runner
-        from purejaxrl_opt.config.schema import ConfigError, NetworkConfig, PPOConfig
+        from purejaxrl_opt.config.schema import ConfigError, NetworkConfig
+        from purejaxrl_opt.core.algos.ppo import PPOConfig
         from tests.conftest import small_run
         run = small_run(PPOConfig(num_envs=4, num_steps=32, num_minibatches=2, update_epochs=2), num_seeds=2)
         # auto: the largest number of equal lane blocks that fits the devices (per data group)
         for lanes, data, shards in [(1, 1, 1), (2, 1, 2), (3, 1, 3), (4, 1, 4), (6, 1, 3), (8, 1, 4),
                                     (7, 1, 1), (3, 2, 1), (4, 2, 2), (6, 2, 2)]:
-            layout = parallel.make_layout(parallel.ParallelSettings("auto", data), run, lanes)
+            layout = parallel.make_layout(parallel.ParallelConfig("auto", data), run, lanes)
             assert layout.describe() == {"devices": shards * data, "lane_shards": shards, "data": data}
-        assert parallel.make_layout(parallel.ParallelSettings("off"), run, 8).describe()["devices"] == 1
+        assert parallel.make_layout(parallel.ParallelConfig("off"), run, 8).describe()["devices"] == 1
         for bad, settings, words in [
-                (run, parallel.ParallelSettings("auto", 8), "only 4 device"),
-                (run, parallel.ParallelSettings("auto", 3), "does not divide the 4 devices"),
-                (small_run(PPOConfig(num_envs=6), num_seeds=2), parallel.ParallelSettings("off", 4),
+                (run, parallel.ParallelConfig("auto", 8), "only 4 device"),
+                (run, parallel.ParallelConfig("auto", 3), "does not divide the 4 devices"),
+                (small_run(PPOConfig(num_envs=6), num_seeds=2), parallel.ParallelConfig("off", 4),
                  "num_envs"),
                 # recurrent: minibatches of whole env sequences from each device's 2 envs, not 4
                 (small_run(PPOConfig(num_envs=4, num_minibatches=4), num_seeds=2,
-                           network=NetworkConfig(recurrent="gru")), parallel.ParallelSettings("auto", 2),
+                           network=NetworkConfig(recurrent="gru")), parallel.ParallelConfig("auto", 2),
                  "num_minibatches must divide 2")]:
             try:
                 runner.execute(bad, tempfile.mkdtemp(), parallel=settings)
@@ -146,11 +149,12 @@ CHECKS = {
         import tempfile
         import numpy as np
         from purejaxrl_opt.host import parallel, runner
-        from purejaxrl_opt.config.schema import ConfigError, PPOConfig
+        from purejaxrl_opt.config.schema import ConfigError
+        from purejaxrl_opt.core.algos.ppo import PPOConfig
         from tests.conftest import small_run
         ppo = PPOConfig(num_envs=4, num_steps=32, num_minibatches=2, update_epochs=2)
         run = small_run(ppo, num_seeds=2, total_timesteps=4 * 32 * 3, eval_episodes=2)
-        result = runner.execute(run, tempfile.mkdtemp(), parallel=parallel.ParallelSettings("auto", 2))
+        result = runner.execute(run, tempfile.mkdtemp(), parallel=parallel.ParallelConfig("auto", 2))
         assert result.summary["parallel"] == {"devices": 4, "lane_shards": 2, "data": 2}
         assert np.isfinite(result.loop.metrics["value_loss"]).all()
         pass
@@ -241,7 +245,7 @@ def test_data_parallel_trpo_matches_one_device_on_the_same_batch():
 
 def test_one_device_layout_is_inactive_and_settings_are_validated():
     run = small_run(num_seeds=3)
-    layout = parallel.make_layout(parallel.ParallelSettings(), run, 3, devices=jax.devices()[:1])
+    layout = parallel.make_layout(parallel.ParallelConfig(), run, 3, devices=jax.devices()[:1])
     assert not layout.active and layout.describe() == {"devices": 1, "lane_shards": 1, "data": 1}
     with pytest.raises(ConfigError, match="parallel.lanes"):
         parallel.settings_from_config({"lanes": "all"})
@@ -250,7 +254,7 @@ def test_one_device_layout_is_inactive_and_settings_are_validated():
     with pytest.raises(ConfigError, match="parallel.bogus"):
         parallel.settings_from_config({"bogus": 1})
     with pytest.raises(ConfigError, match="only 1 device"):
-        parallel.make_layout(parallel.ParallelSettings("auto", 2), small_run(PPOConfig()), 1,
+        parallel.make_layout(parallel.ParallelConfig("auto", 2), small_run(PPOConfig()), 1,
                              devices=jax.devices()[:1])
 
 
@@ -262,13 +266,14 @@ info = parallel.initialize_distributed({"coordinator": f"127.0.0.1:{port}", "num
                                         "process_id": pid, "init_timeout_s": 60})
 import jax, numpy as np
 from purejaxrl_opt.host import runner
-from purejaxrl_opt.config.schema import PPOConfig
+from purejaxrl_opt.core.algos.ppo import PPOConfig
+from purejaxrl_opt.formats.checkpoint import CheckpointConfig
 from tests.conftest import small_run
 assert jax.process_count() == 2 and len(jax.devices()) == 2, jax.devices()
 run = small_run(PPOConfig(num_envs=4, num_steps=32, num_minibatches=2, update_epochs=2), num_seeds=1,
                 total_timesteps=4 * 32 * 3, eval_episodes=2)
-result = runner.execute(run, out, num_chunks=2, parallel=parallel.ParallelSettings("auto", 2),
-                        checkpoints=runner.CheckpointSettings(final=True))
+result = runner.execute(run, out, num_chunks=2, parallel=parallel.ParallelConfig("auto", 2),
+                        checkpoints=CheckpointConfig(final=True))
 assert result.summary["parallel"] == {"devices": 2, "lane_shards": 1, "data": 2}
 params = parallel.to_host(result.loop.algo_state.params)
 flat = np.concatenate([np.asarray(x).ravel() for x in jax.tree_util.tree_leaves(params)])

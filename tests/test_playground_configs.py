@@ -54,8 +54,9 @@ def test_command_line_wins_and_tuned_can_be_dropped():
     cfg = _compose(["algo=ppo", "env=playground/CartpoleBalance", "algo.lr=0.123"])
     assert cfg.algo.lr == 0.123
     plain = _compose(["algo=ppo", "env=playground/CartpoleBalance", "~tuned"])
-    algo_default = OmegaConf.load(ROOT / "conf" / "algo" / "ppo.yaml")
-    assert plain.algo.num_envs == algo_default.num_envs and plain.total_timesteps == 500000
+    from purejaxrl_opt.core.algos.ppo import PPOConfig
+
+    assert plain.algo.num_envs == PPOConfig().num_envs and plain.total_timesteps == 500000
 
 
 def test_brax_config_keeps_playgrounds_tuned_keys_and_scales_three(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 
 from purejaxrl_opt.core import algos
 from purejaxrl_opt.host import sweep
-from purejaxrl_opt.config.schema import PPOConfig
+from purejaxrl_opt.core.algos.ppo import PPOConfig
 from tests.conftest import small_run
 
 RANDOM_CARTPOLE_RETURN = 22.0  # mean episode length of a uniformly random CartPole policy

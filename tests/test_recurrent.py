@@ -16,8 +16,10 @@ from purejaxrl_opt.core import algos
 from purejaxrl_opt import envs
 from purejaxrl_opt.core.stages import natural_gradient as ng, rollout
 from purejaxrl_opt.core.stages.actor_critic import make_stage, replay_actor, replay_critic
-from purejaxrl_opt.config.schema import (ConfigError, EnvConfig, GRPOConfig, NetworkConfig, PPOConfig, RunConfig,
-                                  TRPOConfig, from_dictconfig, hyperparameters)
+from purejaxrl_opt.config.schema import ConfigError, EnvConfig, NetworkConfig, RunConfig, from_dictconfig, hyperparameters
+from purejaxrl_opt.core.algos.grpo import GRPOConfig
+from purejaxrl_opt.core.algos.ppo import PPOConfig
+from purejaxrl_opt.core.algos.trpo import TRPOConfig
 from purejaxrl_opt.core.models.distributions import Categorical, DiagGaussian
 from purejaxrl_opt.envs import EnvSpec
 from purejaxrl_opt.core.models.networks import GATES
@@ -376,7 +378,7 @@ def test_resume_and_in_compile_sweep_with_a_recurrent_state(tmp_path):
     run = _run(PPOConfig(num_envs=4, num_steps=32, num_minibatches=2), "lstm", num_seeds=2,
                total_timesteps=4 * 32 * 8, eval_episodes=2)
     plan = sweep.SweepPlan("grid", ("algo.lr",), ({"algo.lr": 2.5e-4}, {"algo.lr": 1e-3}))
-    every = runner.CheckpointSettings(every_updates=3, final=True)
+    every = checkpoint.CheckpointConfig(every_updates=3, final=True)
     ref = runner.execute(run, tmp_path / "ref", num_chunks=1, plan=plan)
     full = runner.execute(run, tmp_path / "run", num_chunks=3, plan=plan, checkpoints=every)
     metrics_ref = (tmp_path / "ref" / "metrics.csv").read_bytes()

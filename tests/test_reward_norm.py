@@ -10,8 +10,10 @@ import pytest
 
 from purejaxrl_opt import envs
 from purejaxrl_opt.core.algos import make_algorithm
-from purejaxrl_opt.config.schema import (ConfigError, EnvConfig, GRPOConfig, NetworkConfig, PPOConfig, RunConfig,
-                                  TRPOConfig)
+from purejaxrl_opt.config.schema import ConfigError, EnvConfig, NetworkConfig, RunConfig
+from purejaxrl_opt.core.algos.grpo import GRPOConfig
+from purejaxrl_opt.core.algos.ppo import PPOConfig
+from purejaxrl_opt.core.algos.trpo import TRPOConfig
 
 
 def test_discounted_returns_restart_after_every_episode_end():

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 pytest.importorskip("optuna")
 
 from purejaxrl_opt.host import search, stats, sweep  # noqa: E402
-from purejaxrl_opt.config.schema import ALGO_CONFIGS, ConfigError  # noqa: E402
+from purejaxrl_opt.config.schema import algo_config, ConfigError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # CartPole, 2 seeds, 8 updates of 4 envs x 128 steps: a compile and a few seconds per job
@@ -58,9 +58,9 @@ def test_default_space_covers_the_sweepable_keys_and_is_valid(algo):
     assert cfg.hydra.sweeper.sampler._target_ == "optuna.samplers.TPESampler"
     assert cfg.hydra.sweeper.sampler.constant_liar  # the default TPE spreads a batch out
     ranges = space(cfg, algo)
-    assert set(ranges) <= {f"algo.{k}" for k in ALGO_CONFIGS[algo].SWEEPABLE}
+    assert set(ranges) <= {f"algo.{k}" for k in algo_config(algo).SWEEPABLE}
     if algo != "grpo":  # GRPO's epsilon_high / outcome_discount keep their defaults
-        assert set(ranges) == {f"algo.{k}" for k in ALGO_CONFIGS[algo].SWEEPABLE}
+        assert set(ranges) == {f"algo.{k}" for k in algo_config(algo).SWEEPABLE}
     search.check_space(cfg, ranges, {}, batch=4)
 
 

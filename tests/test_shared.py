@@ -13,7 +13,10 @@ import numpy as np
 import pytest
 
 from purejaxrl_opt.core.stages.actor_critic import Sequences, make_networks, replay_actor, replay_critic
-from purejaxrl_opt.config.schema import ConfigError, GRPOConfig, NetworkConfig, PPOConfig, TRPOConfig
+from purejaxrl_opt.config.schema import ConfigError, NetworkConfig
+from purejaxrl_opt.core.algos.grpo import GRPOConfig
+from purejaxrl_opt.core.algos.ppo import PPOConfig
+from purejaxrl_opt.core.algos.trpo import TRPOConfig
 from purejaxrl_opt.envs import EnvSpec
 from purejaxrl_opt.core.models.policies import make_policy, make_value, shared_apply
 from tests.conftest import small_run

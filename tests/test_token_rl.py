@@ -19,8 +19,10 @@ from purejaxrl_opt.core.models import pretrained
 from purejaxrl_opt.host import runner
 from purejaxrl_opt.core.stages import rollout
 from purejaxrl_opt.core.algos import make_algorithm
-from purejaxrl_opt.config.schema import ConfigError, EnvConfig, GRPOConfig, NetworkConfig, PPOConfig, RunConfig, \
-    TRPOConfig
+from purejaxrl_opt.config.schema import ConfigError, EnvConfig, NetworkConfig, RunConfig
+from purejaxrl_opt.core.algos.grpo import GRPOConfig
+from purejaxrl_opt.core.algos.ppo import PPOConfig
+from purejaxrl_opt.core.algos.trpo import TRPOConfig
 from purejaxrl_opt.core.models.distributions import Categorical
 from purejaxrl_opt.core.models.policies import episode_tokens, make_policy
 from purejaxrl_opt.core.algos.base import host_metrics

@@ -14,8 +14,8 @@ from jax.flatten_util import ravel_pytree
 from purejaxrl_opt.core import algos
 from purejaxrl_opt.core.stages import natural_gradient as ng
 from purejaxrl_opt.core.algos.base import init_loop, run_updates
-from purejaxrl_opt.config.schema import (ConfigError, EnvConfig, NetworkConfig, RunConfig, TRPOConfig,
-                                  from_dictconfig, hyperparameters)
+from purejaxrl_opt.config.schema import ConfigError, EnvConfig, NetworkConfig, RunConfig, from_dictconfig, hyperparameters
+from purejaxrl_opt.core.algos.trpo import TRPOConfig
 from purejaxrl_opt.core.models.distributions import Categorical, DiagGaussian
 from purejaxrl_opt.envs import EnvSpec
 from purejaxrl_opt.core.models.networks import Actor

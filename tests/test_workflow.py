@@ -285,7 +285,7 @@ def test_wandb_logs_every_nth_update_and_the_last(tmp_path, monkeypatch):
     a run's metrics directly: no training)."""
     from purejaxrl_opt.core import algos
     from purejaxrl_opt.host import loggers
-    from purejaxrl_opt.config.schema import PPOConfig
+    from purejaxrl_opt.core.algos.ppo import PPOConfig
     from tests.conftest import small_run
 
     monkeypatch.setenv("WANDB_SILENT", "true")

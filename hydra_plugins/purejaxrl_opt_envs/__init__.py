@@ -1,15 +1,22 @@
-"""Hydra plugins of purejaxrl_opt: ``env=<library>/<id>`` for every id a library registers.
+"""Hydra plugins of purejaxrl_opt: the config nodes that the code defines, served as if they were files.
 
-The ``env`` config group holds files only where an env has deliberate values (conf/env/<id>.yaml,
-conf/env/<library>/<id>.yaml). Every other ``env=<library>/<id>`` is served by
-:class:`EnvIdConfigSource`: conf/env/any.yaml (the library's defaults) with ``id: <library>/<id>``,
-in the ``env`` package, exactly as a file of that name holding it would be. A file of the name wins
-(the primary config directory is searched first). The tuned values still come from
-``optional tuned: ${algo}_${env}``, i.e. conf/tuned/<algo>_<library>/<id>.yaml where one exists.
+``env=<id>``: the ``env`` config group holds files only where an env has deliberate values
+(conf/env/<id>.yaml, conf/env/<library>/<id>.yaml). Every other ``env=<library>/<id>`` and every other
+``env=<id>`` (a gymnax id: ``env=Breakout-MinAtar``) is served by :class:`EnvIdConfigSource`:
+conf/env/any.yaml (the library's defaults) with that id, in the ``env`` package, exactly as a file of
+that name holding it would be. A file of the name wins (the primary config directory is searched
+first). The tuned values still come from ``optional tuned: ${algo}_${env}``, i.e.
+conf/tuned/<algo>_<id>.yaml or conf/tuned/<algo>_<library>/<id>.yaml where one exists.
 
-Nothing is imported or checked here (Hydra imports every plugin module at start-up): the id, the
-library prefix included, is checked by the env registry (purejaxrl_opt/envs/registry.py) when the
-config is validated, before anything is compiled; an unknown id lists that library's ids, an unknown
+``algo=<name>``: the ``algo`` group is the algorithms of ``purejaxrl_opt.config.schema.ALGORITHMS``,
+each node the defaults of its config class (``CONFIG`` of ``purejaxrl_opt/core/algos/<name>.py``,
+where every field's meaning is written beside it): each default is written once, in the dataclass.
+
+Nothing is imported at start-up (Hydra imports every plugin module then): the algorithm table when the
+``algo`` group is first looked at, an algorithm's module when its node is loaded. Env ids are not
+checked here: the id, the library prefix included, is checked by the env registry
+(purejaxrl_opt/envs/registry.py) when the config is validated, before anything is compiled; an unknown
+id lists the ids (a bare one: gymnax's and the token envs'; a prefixed one: that library's), an unknown
 prefix the libraries.
 
 :class:`EnvIdSearchPath` adds the source to the search path of an app whose primary config directory
@@ -30,6 +37,33 @@ from omegaconf import OmegaConf
 SCHEME = "purejaxrl-env"
 GROUP = "env"
 DEFAULTS = "any.yaml"  # in the env group: the values of an env without a file of its own
+ALGO_GROUP = "algo"
+
+
+def _algorithms() -> dict:
+    """``algo.name -> module`` (purejaxrl_opt.config.schema.ALGORITHMS)."""
+    from purejaxrl_opt.config.schema import ALGORITHMS
+
+    return ALGORITHMS
+
+
+def _algo_node(name: str):
+    """The defaults of algorithm ``name``'s config class, as a plain config (no type checks: every key
+    and value is checked by purejaxrl_opt.config.schema when the composed config is validated)."""
+    import dataclasses
+
+    from purejaxrl_opt.config.schema import algo_config
+
+    defaults = algo_config(name)()
+    return OmegaConf.create({f.name: _plain(getattr(defaults, f.name)) for f in dataclasses.fields(defaults)})
+
+
+def _plain(value):
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 def _config_dir(search_path: str) -> Optional[Path]:
@@ -42,47 +76,66 @@ def _config_dir(search_path: str) -> Optional[Path]:
 
 
 class EnvIdConfigSource(ConfigSource):
-    """``env/<library>/<id>`` for any ``<library>/<id>``: ``<conf>/env/any.yaml`` with that id.
+    """``env/<id>`` and ``env/<library>/<id>`` for any id: ``<conf>/env/any.yaml`` with that id; and
+    ``algo/<name>`` for every algorithm: its config class's defaults.
 
-    ``path`` is the primary config directory. Only names with a library prefix are served (a bare name
-    is a gymnax or token env, each with its file); the source has no groups and lists nothing (it
-    cannot know the ids without importing every library)."""
+    ``path`` is the primary config directory. The env ids are not listed (that needs every library
+    imported); the ``algo`` group lists the algorithms."""
 
     @staticmethod
     def scheme() -> str:
         return SCHEME
 
     @staticmethod
-    def _env_name(config_path: str) -> Optional[str]:
+    def _split(config_path: str) -> tuple[str, str] | None:
+        """``(group, name)`` of ``<group>/<name>[.yaml]``, or None."""
         path = config_path.rstrip("/")
         if path.endswith(".yaml"):
             path = path[: -len(".yaml")]
-        if not path.startswith(GROUP + "/"):
+        group, _, name = path.partition("/")
+        if group not in (GROUP, ALGO_GROUP) or not name or not all(name.split("/")):
             return None
-        name = path[len(GROUP) + 1:]
-        if "/" not in name or not all(name.split("/")):
+        return group, name
+
+    def _served(self, config_path: str) -> tuple[str, str] | None:
+        found = self._split(config_path)
+        if found is None:
             return None
-        return name
+        group, name = found
+        if group == ALGO_GROUP:
+            return found if name in _algorithms() else None
+        return found if self.available() else None
 
     def load_config(self, config_path: str) -> ConfigResult:
-        name = self._env_name(config_path)
-        if name is None:
-            raise ValueError(f"{self.full_path()} serves only {GROUP}/<library>/<id>, not {config_path!r}")
-        config = OmegaConf.load(Path(self.path) / GROUP / DEFAULTS)
-        config.id = name
+        found = self._served(config_path)
+        if found is None:
+            raise ValueError(f"{self.full_path()} serves only {GROUP}/<id>, {GROUP}/<library>/<id> and "
+                             f"{ALGO_GROUP}/<name>, not {config_path!r}")
+        group, name = found
+        if group == ALGO_GROUP:
+            config = _algo_node(name)
+        else:
+            config = OmegaConf.load(Path(self.path) / GROUP / DEFAULTS)
+            config.id = name
         return ConfigResult(provider=self.provider, path=self.full_path(), config=config,
-                            header={"package": GROUP})
+                            header={"package": group})
 
     def available(self) -> bool:
         return (Path(self.path) / GROUP / DEFAULTS).is_file()
 
     def is_group(self, config_path: str) -> bool:
-        return False
+        # the root too: Hydra lists the groups of every source that has it (--help)
+        return config_path.strip("/") in ("", ALGO_GROUP)
 
     def is_config(self, config_path: str) -> bool:
-        return self._env_name(config_path) is not None and self.available()
+        return self._served(config_path) is not None
 
     def list(self, config_path: str, results_filter: Optional[ObjectType]) -> List[str]:
+        path = config_path.strip("/")
+        if path == "" and results_filter in (None, ObjectType.GROUP):
+            return [ALGO_GROUP]
+        if path == ALGO_GROUP and results_filter in (None, ObjectType.CONFIG):
+            return sorted(_algorithms())
         return []
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from purejaxrl_opt.config.schema import GRPOConfig, _check, non_negative, one_of, positive, unit_interval
+from purejaxrl_opt.config.schema import AlgoConfig, _check, non_negative, one_of, positive, unit_interval
 
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")  # models/lora.py's TARGETS
 
@@ -75,11 +75,12 @@ class LMTrainConfig:
                "> 0 (GRPO needs sampled completions; evaluations are greedy)")
 
 
-def check_grpo_for_lm(algo: GRPOConfig, lm: LMTrainConfig) -> None:
+def check_grpo_for_lm(algo: AlgoConfig, lm: LMTrainConfig) -> None:
     """GRPO keys that concern environments keep their defaults on a language-model run, and the batch
-    divides into minibatches and micro-batches (ConfigError naming the key)."""
+    divides into minibatches and micro-batches (ConfigError naming the key). ``algo``: a GRPOConfig
+    (core/algos/grpo.py)."""
     _check(algo.name == "grpo", "algo.name", algo.name, "'grpo' on a language-model task (env=lm/...)")
-    defaults = GRPOConfig()
+    defaults = type(algo)()
     for key, why in (("grouping", "a group is always G completions of one prompt"),
                      ("max_episode_steps", "the completion limit is lm.max_new_tokens"),
                      ("outcome_discount", "a completion has one reward"),

@@ -4,6 +4,11 @@ Hydra composes a ``DictConfig`` from ``conf/``; :func:`from_dictconfig` turns it
 dataclasses, checking every key, type and range *before* anything is built or compiled. Every error is
 a :class:`ConfigError` naming the key, the value and what is allowed.
 
+An algorithm's own config class lives beside its code (``CONFIG`` of ``core/algos/<name>.py``, found
+through :data:`ALGORITHMS`); the sections read around the run live beside the host code that reads them
+(composed in :mod:`purejaxrl_opt.host.settings`). Here: the env and network sections, the shared bases
+and the checks every section uses.
+
 Scalar hyperparameters that do not change any array shape are listed in each algorithm config's
 ``SWEEPABLE``; :func:`hyperparameters` turns them into a pytree of float32 scalars that the train
 function reads at trace time, so they can be ``vmap``ped (one compile trains many configs).
@@ -19,10 +24,6 @@ from typing import Any, ClassVar, Mapping
 import jax.numpy as jnp
 
 from purejaxrl_opt.config.errors import ConfigError
-
-# Fisher-vector product forms (natural_gradient.make_fisher_vector_product)
-FVP_MODES: tuple[str, ...] = ("gauss_newton", "hessian")
-
 
 def supported_env_ids(library: str | None = None) -> tuple[str, ...]:
     """The env ids a run may name, through the env registry (purejaxrl_opt/envs/registry.py):
@@ -190,13 +191,14 @@ class AlgoConfig:
 
 
 @dataclass(frozen=True)
-class _ActorCriticConfig(AlgoConfig):
+class ActorCriticConfig(AlgoConfig):
     """Rollout + GAE + critic fields common to PPO and TRPO."""
 
-    num_envs: int = 4
-    num_steps: int = 128
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
+    num_envs: int = 4  # parallel (vmapped) envs per agent
+    num_steps: int = 128  # env steps per env per update (rollout length)
+    gamma: float = 0.99  # discount factor (sweepable)
+    gae_lambda: float = 0.95  # GAE lambda (sweepable)
+    # normalise advantages (PPO: per minibatch; TRPO: over the batch before the policy step)
     normalize_advantages: bool = True
 
     def batch_env_steps(self) -> int:
@@ -217,239 +219,26 @@ class _ActorCriticConfig(AlgoConfig):
                f">= one update's batch, {self.name}.num_envs * num_steps = {self.batch_env_steps()}")
 
 
-@dataclass(frozen=True)
-class PPOConfig(_ActorCriticConfig):
-    name: str = "ppo"
-    update_epochs: int = 4
-    num_minibatches: int = 4
-    lr: float = 2.5e-4
-    anneal_lr: bool = True
-    clip_eps: float = 0.2
-    clip_value: bool = True  # PPO2-style value clipping with the same clip_eps
-    ent_coef: float = 0.01
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
-
-    SWEEPABLE: ClassVar[tuple[str, ...]] = (
-        "lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
-
-    def validate(self, prefix: str, run: "RunConfig") -> None:
-        self._validate_rollout(prefix, run)
-        positive(f"{prefix}.update_epochs", self.update_epochs)
-        positive(f"{prefix}.num_minibatches", self.num_minibatches)
-        _check(self.batch_env_steps() % self.num_minibatches == 0, f"{prefix}.num_minibatches",
-               self.num_minibatches,
-               f"a divisor of num_envs * num_steps = {self.batch_env_steps()}")
-        if run.network.is_recurrent:  # minibatches are whole env sequences
-            _check(self.num_envs % self.num_minibatches == 0, f"{prefix}.num_minibatches",
-                   self.num_minibatches, f"a divisor of {prefix}.num_envs = {self.num_envs} with "
-                   f"network.recurrent={run.network.recurrent} (minibatches are whole env sequences)")
-        positive(f"{prefix}.lr", self.lr)
-        positive(f"{prefix}.clip_eps", self.clip_eps)
-        non_negative(f"{prefix}.ent_coef", self.ent_coef)
-        non_negative(f"{prefix}.vf_coef", self.vf_coef)
-        positive(f"{prefix}.max_grad_norm", self.max_grad_norm)
+# algo.name -> the module of that algorithm (purejaxrl_opt/core/algos/<name>.py), which defines its config
+# class (a subclass of AlgoConfig) as ``CONFIG``, beside its code: the one list of algorithms. Named as
+# strings and imported with importlib only when a run names one (as envs/registry.py loads adapters), so
+# config/ imports nothing above it. The algorithm registry (core/algos/__init__.py) runs these modules on
+# vector envs; Hydra's ``algo=<name>`` is served from ``CONFIG``'s defaults (hydra_plugins/purejaxrl_opt_envs).
+ALGORITHMS: dict[str, str] = {
+    "ppo": "purejaxrl_opt.core.algos.ppo",
+    "trpo": "purejaxrl_opt.core.algos.trpo",
+    "grpo": "purejaxrl_opt.core.algos.grpo",
+}
 
 
-@dataclass(frozen=True)
-class TRPOConfig(_ActorCriticConfig):
-    name: str = "trpo"
-    max_kl: float = 0.01
-    cg_iters: int = 10
-    cg_damping: float = 0.1
-    backtrack_coeff: float = 0.8
-    max_backtracks: int = 10
-    fvp: str = "gauss_newton"  # gauss_newton: J^T M J v (jvp + analytic M + vjp); hessian: fwd-over-rev
-    # fraction of the batch used for Fisher-vector products (0.2 as in OpenAI baselines' TRPO: the
-    # FVPs are ~4 forward passes each, and the line search still checks the KL on the full batch)
-    fvp_subsample: float = 0.2
-    critic_lr: float = 1e-3
-    critic_epochs: int = 5  # the largest share of an update; 3 is ~15% faster (see conf/algo/trpo.yaml)
-    critic_minibatches: int = 4
-    critic_max_grad_norm: float = 0.5
-    # shrink the trust region linearly, max_kl * (1 - update/num_updates), like PPO's anneal_lr: near
-    # the optimum the advantages are noise and every step still moves KL = max_kl
-    anneal_max_kl: bool = False
+def algo_config(name: Any, key: str = "algo.name") -> type[AlgoConfig]:
+    """The config class of algorithm ``name`` (imports its module); an unknown name is a ConfigError
+    listing the algorithms."""
+    if not isinstance(name, str) or name not in ALGORITHMS:
+        raise ConfigError(f"config key '{key}' = {name!r} is invalid: must be one of {sorted(ALGORITHMS)}")
+    import importlib
 
-    SWEEPABLE: ClassVar[tuple[str, ...]] = (
-        "gamma", "gae_lambda", "max_kl", "cg_damping", "backtrack_coeff", "critic_lr",
-        "critic_max_grad_norm")
-
-    def validate(self, prefix: str, run: "RunConfig") -> None:
-        self._validate_rollout(prefix, run)
-        positive(f"{prefix}.max_kl", self.max_kl)
-        positive(f"{prefix}.cg_iters", self.cg_iters)
-        non_negative(f"{prefix}.cg_damping", self.cg_damping)
-        unit_interval(f"{prefix}.backtrack_coeff", self.backtrack_coeff, open_low=True, open_high=True)
-        positive(f"{prefix}.max_backtracks", self.max_backtracks)
-        one_of(f"{prefix}.fvp", self.fvp, FVP_MODES)
-        unit_interval(f"{prefix}.fvp_subsample", self.fvp_subsample, open_low=True)
-        _check(int(self.batch_env_steps() * self.fvp_subsample) >= 1, f"{prefix}.fvp_subsample",
-               self.fvp_subsample, "large enough to keep at least one sample")
-        positive(f"{prefix}.critic_lr", self.critic_lr)
-        positive(f"{prefix}.critic_epochs", self.critic_epochs)
-        positive(f"{prefix}.critic_minibatches", self.critic_minibatches)
-        if run.network.is_recurrent:  # the critic's minibatches are whole env sequences
-            _check(self.num_envs % self.critic_minibatches == 0, f"{prefix}.critic_minibatches",
-                   self.critic_minibatches, f"a divisor of {prefix}.num_envs = {self.num_envs} with "
-                   f"network.recurrent={run.network.recurrent} (minibatches are whole env sequences)")
-        _check(self.batch_env_steps() % self.critic_minibatches == 0, f"{prefix}.critic_minibatches",
-               self.critic_minibatches,
-               f"a divisor of num_envs * num_steps = {self.batch_env_steps()}")
-        positive(f"{prefix}.critic_max_grad_norm", self.critic_max_grad_norm)
-
-
-@dataclass(frozen=True)
-class GRPOConfig(AlgoConfig):
-    name: str = "grpo"
-    num_groups: int = 8
-    group_size: int = 8
-    grouping: str = "same_start"  # same_start: a group shares its reset key; unrelated: it does not
-    max_episode_steps: int = 0  # 0 = the env's own episode limit
-    outcome_discount: float = 1.0  # 1 = undiscounted return as the outcome reward
-    process_supervision: bool = False  # per-step rewards normalised over the group
-    scale_rewards: str = "group"  # group | batch | none (Dr. GRPO)
-    loss_norm: str = "sequence"  # sequence (paper) | token (DAPO) | constant (Dr. GRPO)
-    # TRL GRPOTrainer's name for the reduction; "" = loss_norm as given. Each maps onto a loss_norm
-    # (LOSS_TYPES): grpo -> sequence, bnpo -> token, dr_grpo -> constant, dapo -> token. TRL's dapo
-    # and bnpo differ only in normalising by the tokens of the whole accumulated (multi-process)
-    # batch vs the local one; here an optimizer step is one minibatch on one device, so they coincide.
-    # Rewards scaling stays scale_rewards' (TRL's too: dr_grpo does not set scale_rewards=none)
-    loss_type: str = ""
-    # token: per-token ratio pi/pi_old (GRPO); sequence: GSPO's length-normalised sequence ratio
-    # exp(mean_t log(pi/pi_old)) shared by every token of an episode (whole-episode loss path)
-    importance_sampling_level: str = "token"
-    epsilon: float = 0.2
-    epsilon_high: float = 0.0  # 0 = symmetric clip (epsilon); > epsilon = DAPO clip-higher
-    # two-sided clipping (INTELLECT-2, TRL's delta): the unclipped ratio is capped at delta, bounding
-    # the loss of negative-advantage tokens whose ratio grew; 0 = off, else > 1 + epsilon_high
-    delta: float = 0.0
-    beta: float = 0.04
-    # weight k3 by pi_theta/pi_old (losses.k3_kl): its mean is then KL(pi_theta || pi_ref) in every
-    # epoch, not only while pi_theta == pi_old. false = DeepSeekMath's and TRL's unweighted k3
-    kl_importance_weight: bool = False
-    # token envs: answers that reach the length limit without <eos> add nothing to the loss (they
-    # still count in their group's reward statistics, as in TRL)
-    mask_truncated_completions: bool = False
-    # DAPO dynamic sampling: roll num_groups * this many groups, keep (up to) num_groups whose
-    # rewards have spread, fill any remaining slots with zero-spread groups (zero advantage). All
-    # rolled steps count in the budget. 1 = off
-    dynamic_sampling_oversample: int = 1
-    # DAPO overlong soft punishment (token envs): an answer of length |o| > T - overlong_buffer (T:
-    # the answer limit) gets reward overlong_penalty * (T - overlong_buffer - |o|) / overlong_buffer
-    # (down to -overlong_penalty at T) on its last token; 0 = off
-    overlong_buffer: int = 0
-    overlong_penalty: float = 1.0
-    ref_update_every: int = 0  # 0 = pi_ref fixed at the initial policy
-    update_epochs: int = 4  # 1 x 1 (one step per batch, as in the paper) learns CartPole ~10x slower
-    num_minibatches: int = 4
-    lr: float = 1e-3
-    anneal_lr: bool = False
-    ent_coef: float = 0.0
-    max_grad_norm: float = 0.5
-    max_memory_gb: float = 4.0  # refuse configs whose episode buffer would exceed this
-    # rows of the metrics buffer, the most updates a lane may run (it stops once it has consumed
-    # total_timesteps real steps). 0 = ceil(total_timesteps / (num_groups * group_size)): never the
-    # bound, as no episode is shorter than one step (GRPOConfig.num_updates).
-    max_updates: int = 0
-    # time block of the block-wise loss (gymnax envs): gradients are summed over ceil(L / K) blocks of
-    # K steps, L = the batch's longest episode, so the update costs ~L steps, not the limit T
-    loss_block_steps: int = 16
-
-    SWEEPABLE: ClassVar[tuple[str, ...]] = (
-        "epsilon", "epsilon_high", "beta", "lr", "ent_coef", "max_grad_norm", "outcome_discount")
-    SCALES: ClassVar[tuple[str, ...]] = ("group", "batch", "none")
-    NORMS: ClassVar[tuple[str, ...]] = ("sequence", "token", "constant")
-    GROUPINGS: ClassVar[tuple[str, ...]] = ("same_start", "unrelated")
-    LOSS_TYPES: ClassVar[dict[str, str]] = {"grpo": "sequence", "bnpo": "token", "dr_grpo": "constant",
-                                            "dapo": "token"}
-    IS_LEVELS: ClassVar[tuple[str, ...]] = ("token", "sequence")
-
-    @property
-    def reduction(self) -> str:
-        """The loss reduction in force: ``loss_type``'s ``loss_norm`` when set, else ``loss_norm``."""
-        return self.LOSS_TYPES[self.loss_type] if self.loss_type else self.loss_norm
-
-    @property
-    def num_sampled_groups(self) -> int:
-        """Groups rolled per update: ``num_groups * dynamic_sampling_oversample``."""
-        return self.num_groups * self.dynamic_sampling_oversample
-
-    def batch_env_steps(self) -> int:
-        """Worst case of one update when ``max_episode_steps`` is set (else per step of the limit).
-        Not GRPO's update count: a lane runs updates until it has consumed ``total_timesteps`` real
-        steps (:meth:`num_updates` only sizes the metrics buffer)."""
-        return self.num_groups * self.group_size * max(self.max_episode_steps, 1)
-
-    def rollout_length(self, episode_limit: int) -> int:
-        """``T``: ``max_episode_steps``, else the env's own episode limit."""
-        length = self.max_episode_steps or episode_limit
-        _check(length > 0, f"{self.name}.max_episode_steps", self.max_episode_steps,
-               "> 0 on an env without an episode limit (GRPO rolls whole episodes without auto-reset)")
-        return length
-
-    def num_updates(self, total_timesteps: int, episode_limit: int = 0) -> int:
-        """Rows of the metrics buffer: ``max_updates``, else the most updates a lane can run before
-        its budget of real env steps is spent, every episode being at least one step long
-        (``ceil(total_timesteps / (num_groups * group_size))``). A lane stops at its budget, so the
-        rows it does not use cost only memory and stay NaN."""
-        self.rollout_length(episode_limit)  # an env without a limit needs max_episode_steps
-        return self.max_updates or max(1, -(-total_timesteps // (self.num_groups * self.group_size)))
-
-    def validate(self, prefix: str, run: "RunConfig") -> None:
-        positive(f"{prefix}.num_groups", self.num_groups)
-        _check(self.group_size >= 2, f"{prefix}.group_size", self.group_size,
-               ">= 2 (a z-score needs at least two outputs per group)")
-        one_of(f"{prefix}.grouping", self.grouping, self.GROUPINGS)
-        non_negative(f"{prefix}.max_episode_steps", self.max_episode_steps)
-        unit_interval(f"{prefix}.outcome_discount", self.outcome_discount)
-        one_of(f"{prefix}.scale_rewards", self.scale_rewards, self.SCALES)
-        one_of(f"{prefix}.loss_norm", self.loss_norm, self.NORMS)
-        _check(self.loss_type in ("",) + tuple(self.LOSS_TYPES), f"{prefix}.loss_type", self.loss_type,
-               f"'' (use loss_norm) or one of {list(self.LOSS_TYPES)}")
-        if self.loss_type:
-            mapped = self.LOSS_TYPES[self.loss_type]
-            _check(self.loss_norm in ("sequence", mapped), f"{prefix}.loss_norm", self.loss_norm,
-                   f"left at its default or {mapped!r} with {prefix}.loss_type={self.loss_type} (which "
-                   f"means loss_norm={mapped}); set one of the two keys")
-        one_of(f"{prefix}.importance_sampling_level", self.importance_sampling_level, self.IS_LEVELS)
-        positive(f"{prefix}.epsilon", self.epsilon)
-        _check(self.epsilon_high == 0 or self.epsilon_high >= self.epsilon, f"{prefix}.epsilon_high",
-               self.epsilon_high, f"0 (symmetric) or >= epsilon = {self.epsilon}")
-        upper = 1 + max(self.epsilon, self.epsilon_high)
-        _check(self.delta == 0 or self.delta > upper, f"{prefix}.delta", self.delta,
-               f"0 (off) or > 1 + max(epsilon, epsilon_high) = {upper:g} (two-sided clipping caps the "
-               "ratio above the clip range)")
-        _check(self.dynamic_sampling_oversample >= 1, f"{prefix}.dynamic_sampling_oversample",
-               self.dynamic_sampling_oversample, "an int >= 1 (1 = no dynamic sampling)")
-        non_negative(f"{prefix}.overlong_buffer", self.overlong_buffer)
-        non_negative(f"{prefix}.overlong_penalty", self.overlong_penalty)
-        from purejaxrl_opt.envs.registry import ids, split_id
-
-        # a language-model task (env=lm/<task>, purejaxrl_opt/host/lm/) has answers as token envs do
-        token_env = run.env.id.startswith("lm/") or split_id(run.env.id)[0] == "tokens"
-        for key, on in (("mask_truncated_completions", self.mask_truncated_completions),
-                        ("overlong_buffer", self.overlong_buffer > 0)):
-            _check(not on or token_env, f"{prefix}.{key}", getattr(self, key),
-                   f"off on {run.env.id}: it concerns answers of a token env ({list(ids('tokens'))} "
-                   "or a user task)")
-        non_negative(f"{prefix}.beta", self.beta)
-        non_negative(f"{prefix}.ref_update_every", self.ref_update_every)
-        positive(f"{prefix}.update_epochs", self.update_epochs)
-        positive(f"{prefix}.num_minibatches", self.num_minibatches)
-        _check(self.num_groups * self.group_size % self.num_minibatches == 0,
-               f"{prefix}.num_minibatches", self.num_minibatches,
-               f"a divisor of num_groups * group_size = {self.num_groups * self.group_size} "
-               "(minibatches keep whole trajectories)")
-        positive(f"{prefix}.lr", self.lr)
-        non_negative(f"{prefix}.ent_coef", self.ent_coef)
-        positive(f"{prefix}.max_grad_norm", self.max_grad_norm)
-        positive(f"{prefix}.max_memory_gb", self.max_memory_gb)
-        non_negative(f"{prefix}.max_updates", self.max_updates)
-        positive(f"{prefix}.loss_block_steps", self.loss_block_steps)
-
-
-ALGO_CONFIGS: dict[str, type[AlgoConfig]] = {"ppo": PPOConfig, "trpo": TRPOConfig, "grpo": GRPOConfig}
+    return importlib.import_module(ALGORITHMS[name]).CONFIG
 
 
 @dataclass(frozen=True)
@@ -494,116 +283,6 @@ class RunConfig:
                "only; TRPO steps the policy alone by its natural gradient and fits the critic apart, GRPO has "
                "no critic)")
         self.algo.validate(self.algo.name, self)
-
-
-# --------------------------------------------------------------------------- sections around the run
-@dataclass(frozen=True)
-class ProgressConfig:
-    mode: str = "auto"  # auto (bar on a terminal, lines otherwise) | bar | lines | off
-    chunks: int = 10  # jitted chunks the training runs as, so progress can be shown
-
-    MODES: ClassVar[tuple[str, ...]] = ("auto", "bar", "lines", "off")
-
-    def validate(self, prefix: str = "progress") -> None:
-        one_of(f"{prefix}.mode", self.mode, self.MODES)
-        _check(self.chunks >= 1, f"{prefix}.chunks", self.chunks, "an int >= 1")
-
-    @property
-    def num_chunks(self) -> int:
-        """Chunks the runner splits training into (one when nothing is shown)."""
-        return self.chunks if self.mode != "off" else 1
-
-
-@dataclass(frozen=True)
-class CheckpointConfig:
-    every_updates: int = 0  # save every N updates (0 = never)
-    final: bool = True  # save after the last update (what `purejaxrl_opt.evaluate` loads)
-    keep: int | None = None  # keep only the newest K checkpoints (None = all)
-
-    def validate(self, prefix: str = "checkpoint") -> None:
-        _check(self.every_updates >= 0, f"{prefix}.every_updates", self.every_updates,
-               "an int >= 0 (0 = no periodic checkpoints)")
-        _check(self.keep is None or self.keep >= 1, f"{prefix}.keep", self.keep, "null or an int >= 1")
-
-    @property
-    def enabled(self) -> bool:
-        return self.every_updates > 0 or self.final
-
-
-@dataclass(frozen=True)
-class ParallelConfig:
-    lanes: str = "auto"  # auto: lanes in as many equal blocks as there are devices (at most) | off
-    data: int = 1  # devices per agent (data parallel); 1 = none
-    # language-model runs: devices the params, optimizer state and batch are sharded over (FSDP), on a
-    # data x fsdp mesh; 1 = none. Env runs: 1
-    fsdp: int = 1
-    # several processes (jax.distributed); null = from the environment (JAX_* or SLURM variables)
-    coordinator: str | None = None
-    num_processes: int | None = None
-    process_id: int | None = None
-    init_timeout_s: float = 60.0
-
-    LANE_MODES: ClassVar[tuple[str, ...]] = ("auto", "off")
-
-    def validate(self, prefix: str = "parallel") -> None:
-        one_of(f"{prefix}.lanes", self.lanes, self.LANE_MODES)
-        _check(self.data >= 1, f"{prefix}.data", self.data, "an int >= 1 (devices per agent)")
-        _check(self.fsdp >= 1, f"{prefix}.fsdp", self.fsdp, "an int >= 1 (devices the params are sharded over)")
-        _check(self.init_timeout_s > 0, f"{prefix}.init_timeout_s", self.init_timeout_s,
-               "a number > 0 (seconds)")
-
-
-@dataclass(frozen=True)
-class LoggerConfig:
-    kind: str = "console"  # none | console | wandb
-    # wandb only
-    project: str = "purejaxrl_opt"
-    entity: str | None = None
-    mode: str = "offline"
-    group: str | None = None
-    tags: tuple[str, ...] | None = None
-    dir: str | None = None
-    name: str | None = None
-    offline_fallback: bool = False
-    # W&B's system metrics (CPU/GPU/memory sampled every 15 s) and its copy of the console: off by
-    # default, they cost CPU time beside the training (experiments/bench_logging.py)
-    system_stats: bool = False
-    capture_console: bool = False
-    # log every n-th update's row to W&B (and the run's last): 0 = auto, ceil(updates / 1000) (W&B's
-    # charts show at most ~1500 points a line; each row costs the W&B client CPU time). metrics.csv
-    # keeps every update.
-    every_updates: int = 0
-
-    KINDS: ClassVar[tuple[str, ...]] = ("none", "console", "wandb")
-    WANDB_MODES: ClassVar[tuple[str, ...]] = ("online", "offline", "disabled")
-
-    def validate(self, prefix: str = "logger") -> None:
-        one_of(f"{prefix}.kind", self.kind, self.KINDS)
-        one_of(f"{prefix}.mode", self.mode, self.WANDB_MODES)
-        _check(isinstance(self.every_updates, int) and self.every_updates >= 0, f"{prefix}.every_updates",
-               self.every_updates, "an int >= 0 (0 = auto: ceil(updates / 1000))")
-
-
-@dataclass(frozen=True)
-class SweepConfig:
-    """The raw ``sweep`` section; :func:`purejaxrl_opt.host.sweep.plan_from_config` checks it against the
-    algorithm and expands it into lanes."""
-
-    vmap: Mapping[str, Any] | None = None  # {key: [values]}
-    mode: str = "grid"  # grid | zip
-    random: Mapping[str, Any] | None = None  # {key: {low, high, log}}
-    num_samples: int = 8
-    seed: int = 0
-    # hydra/sweeper=optuna: suggestions evaluated by one compiled job (purejaxrl_opt/host/search.py)
-    batch: int = 1
-    objective: str = "mean"  # a trial's score over its seeds' final returns: mean | iqm
-
-    OBJECTIVES: ClassVar[tuple[str, ...]] = ("mean", "iqm")
-
-    def validate(self, prefix: str = "sweep") -> None:
-        # the vmap/random values need the algorithm: sweep.plan_from_config
-        _check(self.batch >= 1, f"{prefix}.batch", self.batch, "an int >= 1")
-        one_of(f"{prefix}.objective", self.objective, self.OBJECTIVES)
 
 
 def parse_section(cls: type, section: Mapping[str, Any] | None, name: str):
@@ -676,33 +355,32 @@ def build_section(cls: type, values: Mapping[str, Any], prefix: str):
 
 
 def from_dictconfig(cfg: Any) -> RunConfig:
-    """Validate a composed Hydra config (``DictConfig`` or plain dict) into a :class:`RunConfig`."""
+    """Validate the run's part of a composed Hydra config (``DictConfig`` or plain dict) into a
+    :class:`RunConfig`: the keys of :class:`RunConfig`. The sections read around the run (progress,
+    checkpoint, logger, ...) are their owners', checked with the top-level keys by
+    :func:`purejaxrl_opt.host.settings.parse_settings`; other keys are ignored here."""
     raw = _raw(cfg)
-    run_keys = {f.name for f in dataclasses.fields(RunConfig)}
-    # keys consumed outside the training function (logging, output, launch)
-    outer_keys = {"logger", "hydra", "progress", "checkpoint", "resume", "resume_step", "sweep", "parallel",
-                  "out_dir"}
-    unknown = sorted(set(raw) - run_keys - outer_keys)
-    if unknown:
-        raise ConfigError(f"unknown config key '{unknown[0]}'; allowed top-level keys: "
-                          f"{sorted(run_keys | outer_keys)}")
     for section in ("algo", "env"):
         if not isinstance(raw.get(section), Mapping):
             raise ConfigError(f"config section '{section}' is missing; choose one with {section}=NAME")
     algo_raw = dict(raw["algo"])
     name = algo_raw.get("name")
-    if name not in ALGO_CONFIGS:
-        raise ConfigError(f"config key 'algo.name' = {name!r} is invalid: must be one of "
-                          f"{sorted(ALGO_CONFIGS)}")
-    algo = build_section(ALGO_CONFIGS[name], algo_raw, name)
+    algo = build_section(algo_config(name), algo_raw, name)
     env = build_section(EnvConfig, raw["env"], "env")
     network = build_section(NetworkConfig, raw.get("network", {}), "network")
-    top = {k: raw[k] for k in run_keys - {"algo", "env", "network"} if k in raw}
     top_fields = {f.name: f for f in dataclasses.fields(RunConfig)}
-    top = {k: _coerce(k, v, top_fields[k].type) for k, v in top.items()}
+    top = {k: _coerce(k, raw[k], top_fields[k].type) for k in top_fields.keys() - {"algo", "env", "network"}
+           if k in raw}
     run = RunConfig(algo=algo, env=env, network=network, **top)
     run.validate()
     return run
+
+
+def check_top_level(raw: Mapping[str, Any], allowed: Any, what: str = "") -> None:
+    """Refuse a top-level key not in ``allowed`` (ConfigError naming it and every allowed key)."""
+    unknown = sorted(set(raw) - set(allowed))
+    if unknown:
+        raise ConfigError(f"unknown config key '{unknown[0]}'; allowed top-level keys{what}: {sorted(allowed)}")
 
 
 def with_overrides(run: RunConfig, **algo_overrides: Any) -> RunConfig:

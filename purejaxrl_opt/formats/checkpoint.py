@@ -32,7 +32,7 @@ import logging
 import os
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +40,31 @@ import jax
 import numpy as np
 
 from purejaxrl_opt.config.errors import ConfigError
+from purejaxrl_opt.config.schema import _check
 
 FORMAT = 1
 DIRNAME = "checkpoints"
 # keys of the run config that only affect the final evaluation, not the training state
 EVAL_ONLY_KEYS = ("eval_episodes", "eval_deterministic")
 IMPLEMENTATION_KEYS = ("conv_impl", "recurrent_grad")  # network keys (purejaxrl_opt/config/implementations.py)
+
+
+# the ``checkpoint`` section of a training run (composed in host/settings.py): when the runner saves
+# and how many it keeps (CheckpointManager's keep)
+@dataclass(frozen=True)
+class CheckpointConfig:
+    every_updates: int = 0  # save every N updates (0 = never)
+    final: bool = True  # save after the last update (what `purejaxrl_opt.evaluate` loads)
+    keep: int | None = None  # keep only the newest K checkpoints (None = all)
+
+    def validate(self, prefix: str = "checkpoint") -> None:
+        _check(self.every_updates >= 0, f"{prefix}.every_updates", self.every_updates,
+               "an int >= 0 (0 = no periodic checkpoints)")
+        _check(self.keep is None or self.keep >= 1, f"{prefix}.keep", self.keep, "null or an int >= 1")
+
+    @property
+    def enabled(self) -> bool:
+        return self.every_updates > 0 or self.final
 
 
 class CheckpointError(ValueError):

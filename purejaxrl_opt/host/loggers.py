@@ -10,17 +10,50 @@ yet written or undefined); ``lanes`` are :class:`purejaxrl_opt.host.sweep.Lane` 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 import math
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from purejaxrl_opt.config.schema import LoggerConfig, parse_section
+from purejaxrl_opt.config.schema import _check, one_of, parse_section
 from purejaxrl_opt.config.errors import ConfigError
+
+
+# the ``logger`` section of a run (composed in host/settings.py): which sinks make_loggers builds
+@dataclass(frozen=True)
+class LoggerConfig:
+    kind: str = "console"  # none | console | wandb
+    # wandb only
+    project: str = "purejaxrl_opt"
+    entity: str | None = None
+    mode: str = "offline"
+    group: str | None = None
+    tags: tuple[str, ...] | None = None
+    dir: str | None = None
+    name: str | None = None
+    offline_fallback: bool = False
+    # W&B's system metrics (CPU/GPU/memory sampled every 15 s) and its copy of the console: off by
+    # default, they cost CPU time beside the training (experiments/bench_logging.py)
+    system_stats: bool = False
+    capture_console: bool = False
+    # log every n-th update's row to W&B (and the run's last): 0 = auto, ceil(updates / 1000) (W&B's
+    # charts show at most ~1500 points a line; each row costs the W&B client CPU time). metrics.csv
+    # keeps every update.
+    every_updates: int = 0
+
+    KINDS: ClassVar[tuple[str, ...]] = ("none", "console", "wandb")
+    WANDB_MODES: ClassVar[tuple[str, ...]] = ("online", "offline", "disabled")
+
+    def validate(self, prefix: str = "logger") -> None:
+        one_of(f"{prefix}.kind", self.kind, self.KINDS)
+        one_of(f"{prefix}.mode", self.mode, self.WANDB_MODES)
+        _check(isinstance(self.every_updates, int) and self.every_updates >= 0, f"{prefix}.every_updates",
+               self.every_updates, "an int >= 0 (0 = auto: ceil(updates / 1000))")
 
 
 class Sink:
@@ -234,15 +267,19 @@ class WandB(Sink):
     update is missing.
     """
 
-    MODES = ("online", "offline", "disabled")
+    MODES = LoggerConfig.WANDB_MODES
     STATE_FILE = "wandb_run.json"
     FLUSH_SECONDS = 0.25  # W&B's x_transaction_log_flush_interval: rows on disk within this
     MAX_AUTO_ROWS = 1000  # logger.every_updates=0: about this many rows a run
 
-    def __init__(self, project: str = "purejaxrl_opt", entity: str | None = None, mode: str = "offline",
-                 group: str | None = None, tags: list[str] | None = None, dir: str | None = None,
-                 name: str | None = None, offline_fallback: bool = False, system_stats: bool = False,
-                 capture_console: bool = False, every_updates: int = 0):
+    # the logger section's defaults (LoggerConfig), written once there
+    def __init__(self, project: str = LoggerConfig.project, entity: str | None = LoggerConfig.entity,
+                 mode: str = LoggerConfig.mode, group: str | None = LoggerConfig.group,
+                 tags: list[str] | None = None, dir: str | None = LoggerConfig.dir,
+                 name: str | None = LoggerConfig.name, offline_fallback: bool = LoggerConfig.offline_fallback,
+                 system_stats: bool = LoggerConfig.system_stats,
+                 capture_console: bool = LoggerConfig.capture_console,
+                 every_updates: int = LoggerConfig.every_updates):
         if mode not in self.MODES:
             raise ConfigError(f"config key 'logger.mode' = {mode!r} is invalid: must be one of "
                               f"{list(self.MODES)}")
@@ -558,7 +595,7 @@ def _settings(wandb, system_stats: bool, capture_console: bool):
 
 
 def make_loggers(cfg: LoggerConfig | dict | None, progress: str) -> list[Sink]:
-    """Sinks from the ``logger`` config section (:class:`purejaxrl_opt.config.schema.LoggerConfig`, or its
+    """Sinks from the ``logger`` config section (:class:`LoggerConfig`, or its
     mapping): ``kind`` is none | console | wandb.
 
     ``none`` still prints the start, compile and final lines (so a run says where its results are),

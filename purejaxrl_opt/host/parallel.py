@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import jax
 import numpy as np
@@ -30,16 +30,39 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 # light: importing this module starts no JAX backend
-from purejaxrl_opt.config.schema import ParallelConfig, parse_section
+from purejaxrl_opt.config.schema import _check, one_of, parse_section
 from purejaxrl_opt.config.errors import ConfigError
 
 LANES, DATA = "lanes", "data"
-# the parallel config section (config.py): lanes, data, and the jax.distributed settings
-ParallelSettings = ParallelConfig
 
 
-def settings_from_config(section: dict | ParallelConfig | None) -> ParallelSettings:
-    """The ``parallel`` section, parsed and checked (config.ParallelConfig)."""
+# the ``parallel`` section of a run (composed in host/settings.py): lanes, data, fsdp, and the
+# jax.distributed settings
+@dataclass(frozen=True)
+class ParallelConfig:
+    lanes: str = "auto"  # auto: lanes in as many equal blocks as there are devices (at most) | off
+    data: int = 1  # devices per agent (data parallel); 1 = none
+    # language-model runs: devices the params, optimizer state and batch are sharded over (FSDP), on a
+    # data x fsdp mesh; 1 = none. Env runs: 1
+    fsdp: int = 1
+    # several processes (jax.distributed); null = from the environment (JAX_* or SLURM variables)
+    coordinator: str | None = None
+    num_processes: int | None = None
+    process_id: int | None = None
+    init_timeout_s: float = 60.0
+
+    LANE_MODES: ClassVar[tuple[str, ...]] = ("auto", "off")
+
+    def validate(self, prefix: str = "parallel") -> None:
+        one_of(f"{prefix}.lanes", self.lanes, self.LANE_MODES)
+        _check(self.data >= 1, f"{prefix}.data", self.data, "an int >= 1 (devices per agent)")
+        _check(self.fsdp >= 1, f"{prefix}.fsdp", self.fsdp, "an int >= 1 (devices the params are sharded over)")
+        _check(self.init_timeout_s > 0, f"{prefix}.init_timeout_s", self.init_timeout_s,
+               "a number > 0 (seconds)")
+
+
+def settings_from_config(section: dict | ParallelConfig | None) -> ParallelConfig:
+    """The ``parallel`` section, parsed and checked (:class:`ParallelConfig`)."""
     return parse_section(ParallelConfig, section, "parallel")
 
 
@@ -78,7 +101,7 @@ def lane_rows(num_lanes: int, max_rows: int) -> int:
     return max(r for r in range(1, min(num_lanes, max_rows) + 1) if num_lanes % r == 0)
 
 
-def make_layout(settings: ParallelSettings, run, num_lanes: int, devices=None) -> Layout:
+def make_layout(settings: ParallelConfig, run, num_lanes: int, devices=None) -> Layout:
     """Check the layout against the run and build the mesh; every failure is a ConfigError."""
     if devices is None:  # every device of every process (jax.distributed), else the local ones
         devices = jax.devices() if jax.process_count() > 1 else jax.local_devices()
@@ -127,7 +150,7 @@ def make_layout(settings: ParallelSettings, run, num_lanes: int, devices=None) -
 FSDP = "fsdp"
 
 
-def lm_mesh(settings: ParallelSettings, batch_sizes: dict[str, int], devices=None) -> Mesh | None:
+def lm_mesh(settings: ParallelConfig, batch_sizes: dict[str, int], devices=None) -> Mesh | None:
     """The ``parallel.data x parallel.fsdp`` mesh (axes ``data``, ``fsdp``) of a language-model run, or
     None for one device. The params and optimizer state are split over ``fsdp`` (each array along its
     largest divisible axis: :func:`purejaxrl_opt.core.stages.lm_policy.fsdp_spec`) and replicated over ``data``;
@@ -288,7 +311,7 @@ def _cpu_collectives() -> None:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
 
 
-__all__ = ["ParallelSettings", "Layout", "make_layout", "lm_mesh", "settings_from_config", "loop_specs",
+__all__ = ["ParallelConfig", "Layout", "make_layout", "lm_mesh", "settings_from_config", "loop_specs",
            "wrap", "place", "put", "to_host", "is_main_process",
            "initialize_distributed", "sharded_functions"]
 

@@ -13,8 +13,30 @@ line and redraws them.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
+from typing import ClassVar
 
 from tqdm import tqdm
+
+from purejaxrl_opt.config.schema import _check, one_of
+
+
+# the ``progress`` section of a training run (composed in host/settings.py)
+@dataclass(frozen=True)
+class ProgressConfig:
+    mode: str = "auto"  # auto (bar on a terminal, lines otherwise) | bar | lines | off
+    chunks: int = 10  # jitted chunks the training runs as, so progress can be shown
+
+    MODES: ClassVar[tuple[str, ...]] = ("auto", "bar", "lines", "off")
+
+    def validate(self, prefix: str = "progress") -> None:
+        one_of(f"{prefix}.mode", self.mode, self.MODES)
+        _check(self.chunks >= 1, f"{prefix}.chunks", self.chunks, "an int >= 1")
+
+    @property
+    def num_chunks(self) -> int:
+        """Chunks the runner splits training into (one when nothing is shown)."""
+        return self.chunks if self.mode != "off" else 1
 
 
 def is_terminal(stream=None) -> bool:

@@ -30,7 +30,8 @@ from purejaxrl_opt.host.artifacts import (make_summary, memory_report, plot_lear
                                      write_metrics_csv)
 from purejaxrl_opt.core.stages import evaluation
 from purejaxrl_opt.core.algos.base import Algorithm, Loop, host_metrics, init_loop, run_updates
-from purejaxrl_opt.config.schema import CheckpointConfig, RunConfig
+from purejaxrl_opt.config.schema import RunConfig
+from purejaxrl_opt.formats.checkpoint import CheckpointConfig
 from purejaxrl_opt.core.models.networks import count_params
 
 
@@ -39,10 +40,6 @@ class RunResult:
     summary: dict
     loop: Loop  # final training state of every lane (leading axis = lane)
     eval_returns: np.ndarray  # [lanes, eval_episodes]
-
-
-# the checkpoint config section (config.py)
-CheckpointSettings = CheckpointConfig
 
 
 def loop_shape(algo: Algorithm, keys, hparams) -> Loop:
@@ -200,7 +197,7 @@ def update_reached(loop: Loop) -> int:
 
 
 def execute(run: RunConfig, out_dir: str | os.PathLike, loggers=(), num_chunks: int = 1,
-            plan: sweep.SweepPlan | None = None, checkpoints: CheckpointSettings | None = None,
+            plan: sweep.SweepPlan | None = None, checkpoints: CheckpointConfig | None = None,
             resume: bool = False, parallel=None, resume_step: int | None = None,
             on_validated=None) -> RunResult:
     """Train every lane of ``run`` (x ``plan``'s configs) and write ``metrics.csv``, ``summary.json``
@@ -214,7 +211,7 @@ def execute(run: RunConfig, out_dir: str | os.PathLike, loggers=(), num_chunks: 
     a fresh run over existing checkpoints, a checkpoint directory that cannot be written) runs before
     anything is compiled or written; so does the device layout check. Then ``on_validated(out_dir)``
     runs (the CLI records the run's config there). ``parallel``
-    (:class:`purejaxrl_opt.host.parallel.ParallelSettings`, default lanes=auto, data=1) shards the lanes
+    (:class:`purejaxrl_opt.host.parallel.ParallelConfig`, default lanes=auto, data=1) shards the lanes
     over the local devices and/or runs each agent data parallel over ``data`` devices.
 
     The results are written before the final checkpoint: a final checkpoint that cannot be written
@@ -228,12 +225,12 @@ def execute(run: RunConfig, out_dir: str | os.PathLike, loggers=(), num_chunks: 
     env = algos.make_env(run)
     algo = algos.make_algorithm(run, env)
     lanes = sweep.lanes(run, plan)
-    layout = par.make_layout(parallel if parallel is not None else par.ParallelSettings(), run,
+    layout = par.make_layout(parallel if parallel is not None else par.ParallelConfig(), run,
                              len(lanes))
     data_algo = algos.make_algorithm(run, env, axis_name=par.DATA) if layout.data > 1 else None
     keys, hparams = sweep.lane_inputs(run, plan)
     shape = loop_shape(algo, keys, hparams)  # global shapes, the same with or without a layout
-    checkpoints = checkpoints or CheckpointSettings(every_updates=0, final=False)
+    checkpoints = checkpoints or CheckpointConfig(every_updates=0, final=False)
     fingerprint = checkpoint.fingerprint(run, plan, shape)
     main = par.is_main_process()  # with jax.distributed, only process 0 writes and logs
     lock = rundir.lock(out_dir) if main else None

@@ -47,7 +47,8 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from optuna.distributions import BaseDistribution, CategoricalDistribution  # noqa: E402
 
 from purejaxrl_opt.host import sweep as in_compile  # noqa: E402
-from purejaxrl_opt.config.schema import ConfigError, SweepConfig, from_dictconfig, parse_section  # noqa: E402
+from purejaxrl_opt.config.schema import ConfigError, from_dictconfig, parse_section  # noqa: E402
+from purejaxrl_opt.host.sweep import SweepConfig  # noqa: E402
 
 log = logging.getLogger(__name__)
 

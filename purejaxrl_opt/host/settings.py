@@ -1,16 +1,23 @@
 """Everything a training run is given, parsed and checked once before anything compiles
 (``python -m purejaxrl_opt.train``): the run config (:mod:`purejaxrl_opt.config.schema`) and the
-sections the host reads around it (progress, checkpoints, resume, devices, logger, sweep)."""
+sections the host reads around it, each defined beside the code that reads it (progress: host/progress.py,
+checkpoint: formats/checkpoint.py, parallel: host/parallel.py, logger: host/loggers.py, sweep:
+host/sweep.py). The top-level keys a run may have are derived from :class:`Settings` and
+:class:`~purejaxrl_opt.config.schema.RunConfig`, never listed by hand."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from purejaxrl_opt.config.schema import (CheckpointConfig, LoggerConfig, ParallelConfig, ProgressConfig,
-                                         RunConfig, SweepConfig, _check, _raw, from_dictconfig,
-                                         parse_section)
+from purejaxrl_opt.config.schema import RunConfig, _check, _raw, check_top_level, from_dictconfig, parse_section
 from purejaxrl_opt.formats import checkpoint
+from purejaxrl_opt.formats.checkpoint import CheckpointConfig
+from purejaxrl_opt.host.loggers import LoggerConfig
+from purejaxrl_opt.host.parallel import ParallelConfig
+from purejaxrl_opt.host.progress import ProgressConfig
+from purejaxrl_opt.host.sweep import SweepConfig
 
 
 @dataclass(frozen=True)
@@ -27,10 +34,17 @@ class Settings:
     resume_step: int | None = None  # the checkpoint (update) to resume from; None = the newest
 
 
-# keys consumed outside the training function (logging, output, launch), each a section type
-OUTER_SECTIONS: dict[str, type] = {"progress": ProgressConfig, "checkpoint": CheckpointConfig,
-                                   "parallel": ParallelConfig, "logger": LoggerConfig,
-                                   "sweep": SweepConfig}
+# the sections read outside the training function (logging, output, launch): Settings' fields whose type
+# is a section class (built by parse_section), by name
+OUTER_SECTIONS: dict[str, type] = {
+    f.name: cls for f in dataclasses.fields(Settings)
+    if dataclasses.is_dataclass(cls := globals().get(str(f.type))) and cls is not RunConfig}
+# top-level keys of a composed config that are not RunConfig's: Settings' other fields, and Hydra's own
+# (out_dir: older recorded configs)
+OUTER_KEYS: frozenset[str] = frozenset(
+    {f.name for f in dataclasses.fields(Settings) if f.name != "run"} | {"hydra", "out_dir"})
+# every top-level key of a training run's config
+TOP_LEVEL_KEYS: frozenset[str] = frozenset({f.name for f in dataclasses.fields(RunConfig)} | OUTER_KEYS)
 
 
 def parse_parallel(cfg: Any) -> ParallelConfig:
@@ -41,6 +55,7 @@ def parse_parallel(cfg: Any) -> ParallelConfig:
 def parse_settings(cfg: Any) -> Settings:
     """Validate a composed Hydra config into :class:`Settings`; every error is a ConfigError."""
     raw = _raw(cfg)
+    check_top_level(raw, TOP_LEVEL_KEYS)
     run = from_dictconfig(raw)
     sections = {name: parse_section(cls, raw.get(name), name) for name, cls in OUTER_SECTIONS.items()}
     resume, resume_step = raw.get("resume"), raw.get("resume_step")

@@ -48,7 +48,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from purejaxrl_opt.host import artifacts
-from purejaxrl_opt.config.schema import ConfigError, from_dictconfig
+from purejaxrl_opt.config.schema import ALGORITHMS, ConfigError
+from purejaxrl_opt.host.settings import parse_settings
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 SUITE_DIR = CONF_DIR / "benchmark"
@@ -134,6 +135,17 @@ def _choices(group: str) -> list[str]:
     """The files of a config group, nested ones by their path (``env=playground/<id>``)."""
     root = CONF_DIR / group
     return sorted(p.relative_to(root).with_suffix("").as_posix() for p in root.rglob("*.yaml"))
+
+
+def _is_env_id(env: str) -> bool:
+    """Whether ``env`` is a gymnax or token env id (served as ``env=<id>`` without a file)."""
+    from purejaxrl_opt.envs.registry import split_id
+
+    try:
+        split_id(env)
+    except ConfigError:
+        return False
+    return True
 
 
 def suite_path(suite: str) -> Path:
@@ -238,7 +250,7 @@ def load_suite(suite: str, num_seeds: int | None = None, seed: int | None = None
     items = raw.get("entries")
     if not isinstance(items, list) or not items:
         raise ConfigError(f"suite key 'entries' in {path} is invalid: must be a non-empty list")
-    algos, envs = _choices("algo"), _choices("env")
+    algos, envs = sorted(ALGORITHMS), _choices("env")
     entries, names = [], set()
     for i, item in enumerate(items):
         where = f"entries[{i}]"
@@ -260,11 +272,11 @@ def load_suite(suite: str, num_seeds: int | None = None, seed: int | None = None
             raise ConfigError(f"suite key '{where}.algo' = {item.get('algo')!r} is invalid: must be one "
                               f"of {algos}")
         env = item.get("env")
-        # '<library>/<id>' without a file is served by hydra_plugins/purejaxrl_opt_envs; its id is
-        # checked by the env registry when the entry is composed and checked (check_entry)
-        if env not in envs and not (isinstance(env, str) and "/" in env):
-            raise ConfigError(f"suite key '{where}.env' = {env!r} is invalid: must be one of {envs} or "
-                              "'<library>/<id>' (any id of an env library)")
+        # an id without a file (a gymnax id, '<library>/<id>') is served by hydra_plugins/purejaxrl_opt_envs;
+        # a library's id is checked by the env registry when the entry is composed and checked (check_entry)
+        if env not in envs and not (isinstance(env, str) and ("/" in env or _is_env_id(env))):
+            raise ConfigError(f"suite key '{where}.env' = {env!r} is invalid: must be one of {envs}, a gymnax "
+                              "or token env id, or '<library>/<id>' (any id of an env library)")
         name = item.get("name") or (f"{item['algo']}_{item['env']}" if peer is None else None)
         if not isinstance(name, str) or not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
             raise ConfigError(f"suite key '{where}.name' = {name!r} is invalid: must be a non-empty name "
@@ -318,7 +330,7 @@ def compose_entry(entry: Entry, extra: list[str] = ()) -> DictConfig:
 
 def check_entry(entry: Entry, cfg: DictConfig) -> None:
     try:
-        from_dictconfig(cfg)  # every key and value, as the CLI checks them
+        parse_settings(cfg)  # every key and value, as the CLI checks them
     except ConfigError as error:
         raise ConfigError(f"entry {entry.name!r}: {error}") from None
     sweep = OmegaConf.select(cfg, "sweep", default=None) or {}

@@ -20,15 +20,39 @@ import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from purejaxrl_opt.config.schema import RunConfig, SweepConfig, hyperparameters, parse_section, with_overrides
+from purejaxrl_opt.config.schema import (RunConfig, _check, hyperparameters, one_of, parse_section,
+                                         with_overrides)
 from purejaxrl_opt.config.errors import ConfigError
 
 MODES = ("grid", "zip")
 PREFIX = "algo."
+
+
+# the ``sweep`` section of a run (composed in host/settings.py)
+@dataclass(frozen=True)
+class SweepConfig:
+    """The raw ``sweep`` section; :func:`purejaxrl_opt.host.sweep.plan_from_config` checks it against the
+    algorithm and expands it into lanes."""
+
+    vmap: Mapping[str, Any] | None = None  # {key: [values]}
+    mode: str = "grid"  # grid | zip
+    random: Mapping[str, Any] | None = None  # {key: {low, high, log}}
+    num_samples: int = 8
+    seed: int = 0
+    # hydra/sweeper=optuna: suggestions evaluated by one compiled job (purejaxrl_opt/host/search.py)
+    batch: int = 1
+    objective: str = "mean"  # a trial's score over its seeds' final returns: mean | iqm
+
+    OBJECTIVES: ClassVar[tuple[str, ...]] = ("mean", "iqm")
+
+    def validate(self, prefix: str = "sweep") -> None:
+        # the vmap/random values need the algorithm: sweep.plan_from_config
+        _check(self.batch >= 1, f"{prefix}.batch", self.batch, "an int >= 1")
+        one_of(f"{prefix}.objective", self.objective, self.OBJECTIVES)
 
 
 @dataclass(frozen=True)
@@ -118,9 +142,7 @@ def _check_key(key: Any, run: RunConfig) -> str:
     fields = {f.name for f in dataclasses.fields(algo)}
     if not isinstance(key, str) or not key.startswith(PREFIX):
         top = str(key).split(".")[0]
-        known = top in {"env", "network", "seed", "num_seeds", "total_timesteps", "eval_episodes",
-                        "eval_deterministic"}
-        if known:
+        if top in {f.name for f in dataclasses.fields(RunConfig)} - {"algo"}:
             raise ConfigError(
                 f"sweep key '{key}' cannot be swept inside one compile (only algorithm "
                 f"hyperparameters can); sweep it with Hydra multirun instead: "

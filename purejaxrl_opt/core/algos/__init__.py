@@ -11,17 +11,16 @@ from typing import Any, Callable
 
 from purejaxrl_opt import envs
 from purejaxrl_opt.core.algos.base import Algorithm, TrainOutput, make_train as _make_train
-from purejaxrl_opt.config.schema import RunConfig
+from purejaxrl_opt.config.schema import ALGORITHMS, RunConfig
 
 # (algo.name, observation kind) -> module defining make_algorithm(run, env, env_params, spec). "vector"
 # = every env of the protocol but the token envs (vector or image observations, rollouts with
-# auto-reset: gymnax and the other libraries' adapters); "token" = token envs
-# (whole-answer rollouts with a transformer policy). PPO on a token env is its own algorithm file
-# (a value transformer, GAE inside each answer), chosen here rather than inside ppo.py.
+# auto-reset: gymnax and the other libraries' adapters): the module of each algorithm in
+# config.schema.ALGORITHMS (the one list of algorithms, each module also defining its config class);
+# "token" = token envs (whole-answer rollouts with a transformer policy). PPO on a token env is its own
+# algorithm file (a value transformer, GAE inside each answer), chosen here rather than inside ppo.py.
 REGISTRY: dict[tuple[str, str], str] = {
-    ("ppo", "vector"): "purejaxrl_opt.core.algos.ppo",
-    ("trpo", "vector"): "purejaxrl_opt.core.algos.trpo",
-    ("grpo", "vector"): "purejaxrl_opt.core.algos.grpo",
+    **{(name, "vector"): module for name, module in ALGORITHMS.items()},
     ("ppo", "token"): "purejaxrl_opt.core.algos.ppo_tokens",
     ("grpo", "token"): "purejaxrl_opt.core.algos.grpo",
 }

@@ -13,7 +13,7 @@ outcome inside its group, ``A_i = (R_i - mean(R)) / std(R)``, the same for all o
 
 over ``update_epochs x num_minibatches`` passes (:func:`policy_objective`), where minibatches hold
 whole episodes and steps after an episode's end count nowhere. Variants, each a config key
-(conf/algo/grpo.yaml), with TRL's GRPOTrainer names where it has one:
+(GRPOConfig below), with TRL's GRPOTrainer names where it has one:
 
 * ``reduce``: ``loss_norm`` / ``loss_type`` (grpo: per-episode mean then mean, bnpo/dapo: token
   mean, dr_grpo: a constant), ``scale_rewards`` (group / batch / none);
@@ -47,7 +47,8 @@ ratio (which needs a whole episode before any of its steps) keep the full-length
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -57,7 +58,8 @@ from jax.flatten_util import ravel_pytree
 from purejaxrl_opt import envs
 from purejaxrl_opt.core.stages import rollout
 from purejaxrl_opt.core.algos.base import Algorithm
-from purejaxrl_opt.config.schema import GRPOConfig, RunConfig
+from purejaxrl_opt.config.schema import (AlgoConfig, RunConfig, _check, non_negative, one_of, positive,
+                                         unit_interval)
 from purejaxrl_opt.core.models.distributions import for_spec
 from purejaxrl_opt.envs import EnvSpec
 from purejaxrl_opt.core.stages.episode_losses import (EpisodeBuffers, block_log_probs, buffer_bytes,
@@ -73,6 +75,179 @@ from purejaxrl_opt.envs.tokens import EOS, reward_metric_names, reward_metrics
 
 METRICS = ("return_mean", "episode_length", "episodes", "kl_ref", "clip_frac", "approx_kl",
            "zero_spread_groups", "group_return_std", "entropy", "policy_loss", "learning_rate")
+
+
+@dataclass(frozen=True)
+class GRPOConfig(AlgoConfig):
+    """``algo=grpo`` on environments (and, with the language-model values of
+    conf/language_model/defaults.yaml, on ``env=lm/<task>``): no critic; advantages are z-scores of
+    episode outcomes inside groups of complete episodes. Env-specific values live in
+    conf/tuned/grpo_<env>.yaml."""
+
+    name: str = "grpo"
+    num_groups: int = 8  # start states (groups) per update
+    group_size: int = 8  # complete episodes per group (G); >= 2
+    # same_start: a group's episodes share their reset key (identical initial state); unrelated: own keys
+    grouping: str = "same_start"
+    max_episode_steps: int = 0  # rollout length T; 0 = the env's own episode limit
+    # outcome reward = sum_t outcome_discount^t r_t over the episode; 1 = undiscounted return (sweepable)
+    outcome_discount: float = 1.0
+    # per-step rewards normalised over the group, advantage = sum of future normalised rewards
+    process_supervision: bool = False
+    # divide centred outcomes by the std of the group | the batch | none (Dr. GRPO)
+    scale_rewards: str = "group"
+    loss_norm: str = "sequence"  # sequence (1/|o_i|, the paper) | token (DAPO) | constant (Dr. GRPO)
+    # TRL GRPOTrainer's name for the reduction; "" = loss_norm as given. Each maps onto a loss_norm
+    # (LOSS_TYPES): grpo -> sequence, bnpo -> token, dr_grpo -> constant, dapo -> token. TRL's dapo
+    # and bnpo differ only in normalising by the tokens of the whole accumulated (multi-process)
+    # batch vs the local one; here an optimizer step is one minibatch on one device, so they coincide.
+    # Rewards scaling stays scale_rewards' (TRL's too: dr_grpo does not set scale_rewards=none)
+    loss_type: str = ""
+    # token: per-token ratio pi/pi_old (GRPO); sequence: GSPO's length-normalised sequence ratio
+    # exp(mean_t log(pi/pi_old)), one per episode, shared by its every token (whole-episode loss path,
+    # also on gymnax envs)
+    importance_sampling_level: str = "token"
+    # clip range: ratio kept within [1 - epsilon, 1 + epsilon_high] (sweepable)
+    epsilon: float = 0.2
+    # upper clip; 0 = symmetric (epsilon), > epsilon = DAPO clip-higher (sweepable)
+    epsilon_high: float = 0.0
+    # two-sided clipping (INTELLECT-2, TRL's delta): the unclipped ratio is capped at delta, bounding
+    # the loss of negative-advantage tokens whose ratio grew; 0 = off, else > 1 + max(epsilon, epsilon_high)
+    delta: float = 0.0
+    beta: float = 0.04  # weight of the k3 KL penalty to pi_ref (sweepable)
+    # weight k3 by pi_theta/pi_old (losses.k3_kl): its mean is then KL(pi_theta || pi_ref) in every
+    # epoch, not only while pi_theta == pi_old. false = DeepSeekMath's and TRL's unweighted k3
+    kl_importance_weight: bool = False
+    # token envs: answers that reach the length limit without <eos> add nothing to the loss (they
+    # still count in their group's reward statistics, as in TRL)
+    mask_truncated_completions: bool = False
+    # DAPO dynamic sampling: roll num_groups * this many groups, train on (up to) num_groups whose
+    # rewards have spread, fill any remaining slots with zero-spread groups (zero advantage). Metrics
+    # kept_fraction / spread_fraction. Every rolled step counts in total_timesteps. 1 = off
+    dynamic_sampling_oversample: int = 1
+    # DAPO overlong soft punishment (token envs): an answer of length |o| > T - overlong_buffer (T:
+    # the answer limit) gets reward overlong_penalty * (T - overlong_buffer - |o|) / overlong_buffer
+    # (down to -overlong_penalty at T) on its last token; 0 = off
+    overlong_buffer: int = 0
+    overlong_penalty: float = 1.0
+    # refresh pi_ref <- pi_theta every this many updates; 0 = pi_ref stays the initial policy
+    ref_update_every: int = 0
+    # passes over each batch of episodes (1 x 1 minibatch, one step per batch as in the paper, learns
+    # CartPole ~10x slower)
+    update_epochs: int = 4
+    num_minibatches: int = 4  # minibatches per pass (whole episodes); must divide num_groups * group_size
+    lr: float = 1e-3  # Adam learning rate (sweepable)
+    # linear decay of lr to 0 over training (by updates or budget used, whichever is further)
+    anneal_lr: bool = False
+    ent_coef: float = 0.0  # entropy bonus coefficient (sweepable)
+    max_grad_norm: float = 0.5  # global gradient-norm clip (sweepable)
+    # refuse (before compiling) configs whose episode buffers would need more memory than this
+    max_memory_gb: float = 4.0
+    # rows of the metrics buffer, the most updates a lane may run (a lane runs updates until it has
+    # consumed total_timesteps real, unmasked, env steps: at most one update more). 0 =
+    # ceil(total_timesteps / (num_groups * group_size)): never the bound, as no episode is shorter than
+    # one step (GRPOConfig.num_updates).
+    max_updates: int = 0
+    # time block of the block-wise loss (gymnax envs): gradients are summed over ceil(L / K) blocks of
+    # K steps, L = the batch's longest episode (rollouts also stop once every episode has ended), so the
+    # update costs ~L steps, not the limit T
+    loss_block_steps: int = 16
+
+    SWEEPABLE: ClassVar[tuple[str, ...]] = (
+        "epsilon", "epsilon_high", "beta", "lr", "ent_coef", "max_grad_norm", "outcome_discount")
+    SCALES: ClassVar[tuple[str, ...]] = ("group", "batch", "none")
+    NORMS: ClassVar[tuple[str, ...]] = ("sequence", "token", "constant")
+    GROUPINGS: ClassVar[tuple[str, ...]] = ("same_start", "unrelated")
+    LOSS_TYPES: ClassVar[dict[str, str]] = {"grpo": "sequence", "bnpo": "token", "dr_grpo": "constant",
+                                            "dapo": "token"}
+    IS_LEVELS: ClassVar[tuple[str, ...]] = ("token", "sequence")
+
+    @property
+    def reduction(self) -> str:
+        """The loss reduction in force: ``loss_type``'s ``loss_norm`` when set, else ``loss_norm``."""
+        return self.LOSS_TYPES[self.loss_type] if self.loss_type else self.loss_norm
+
+    @property
+    def num_sampled_groups(self) -> int:
+        """Groups rolled per update: ``num_groups * dynamic_sampling_oversample``."""
+        return self.num_groups * self.dynamic_sampling_oversample
+
+    def batch_env_steps(self) -> int:
+        """Worst case of one update when ``max_episode_steps`` is set (else per step of the limit).
+        Not GRPO's update count: a lane runs updates until it has consumed ``total_timesteps`` real
+        steps (:meth:`num_updates` only sizes the metrics buffer)."""
+        return self.num_groups * self.group_size * max(self.max_episode_steps, 1)
+
+    def rollout_length(self, episode_limit: int) -> int:
+        """``T``: ``max_episode_steps``, else the env's own episode limit."""
+        length = self.max_episode_steps or episode_limit
+        _check(length > 0, f"{self.name}.max_episode_steps", self.max_episode_steps,
+               "> 0 on an env without an episode limit (GRPO rolls whole episodes without auto-reset)")
+        return length
+
+    def num_updates(self, total_timesteps: int, episode_limit: int = 0) -> int:
+        """Rows of the metrics buffer: ``max_updates``, else the most updates a lane can run before
+        its budget of real env steps is spent, every episode being at least one step long
+        (``ceil(total_timesteps / (num_groups * group_size))``). A lane stops at its budget, so the
+        rows it does not use cost only memory and stay NaN."""
+        self.rollout_length(episode_limit)  # an env without a limit needs max_episode_steps
+        return self.max_updates or max(1, -(-total_timesteps // (self.num_groups * self.group_size)))
+
+    def validate(self, prefix: str, run: "RunConfig") -> None:
+        positive(f"{prefix}.num_groups", self.num_groups)
+        _check(self.group_size >= 2, f"{prefix}.group_size", self.group_size,
+               ">= 2 (a z-score needs at least two outputs per group)")
+        one_of(f"{prefix}.grouping", self.grouping, self.GROUPINGS)
+        non_negative(f"{prefix}.max_episode_steps", self.max_episode_steps)
+        unit_interval(f"{prefix}.outcome_discount", self.outcome_discount)
+        one_of(f"{prefix}.scale_rewards", self.scale_rewards, self.SCALES)
+        one_of(f"{prefix}.loss_norm", self.loss_norm, self.NORMS)
+        _check(self.loss_type in ("",) + tuple(self.LOSS_TYPES), f"{prefix}.loss_type", self.loss_type,
+               f"'' (use loss_norm) or one of {list(self.LOSS_TYPES)}")
+        if self.loss_type:
+            mapped = self.LOSS_TYPES[self.loss_type]
+            _check(self.loss_norm in ("sequence", mapped), f"{prefix}.loss_norm", self.loss_norm,
+                   f"left at its default or {mapped!r} with {prefix}.loss_type={self.loss_type} (which "
+                   f"means loss_norm={mapped}); set one of the two keys")
+        one_of(f"{prefix}.importance_sampling_level", self.importance_sampling_level, self.IS_LEVELS)
+        positive(f"{prefix}.epsilon", self.epsilon)
+        _check(self.epsilon_high == 0 or self.epsilon_high >= self.epsilon, f"{prefix}.epsilon_high",
+               self.epsilon_high, f"0 (symmetric) or >= epsilon = {self.epsilon}")
+        upper = 1 + max(self.epsilon, self.epsilon_high)
+        _check(self.delta == 0 or self.delta > upper, f"{prefix}.delta", self.delta,
+               f"0 (off) or > 1 + max(epsilon, epsilon_high) = {upper:g} (two-sided clipping caps the "
+               "ratio above the clip range)")
+        _check(self.dynamic_sampling_oversample >= 1, f"{prefix}.dynamic_sampling_oversample",
+               self.dynamic_sampling_oversample, "an int >= 1 (1 = no dynamic sampling)")
+        non_negative(f"{prefix}.overlong_buffer", self.overlong_buffer)
+        non_negative(f"{prefix}.overlong_penalty", self.overlong_penalty)
+        from purejaxrl_opt.envs.registry import ids, split_id
+
+        # a language-model task (env=lm/<task>, purejaxrl_opt/host/lm/) has answers as token envs do
+        token_env = run.env.id.startswith("lm/") or split_id(run.env.id)[0] == "tokens"
+        for key, on in (("mask_truncated_completions", self.mask_truncated_completions),
+                        ("overlong_buffer", self.overlong_buffer > 0)):
+            _check(not on or token_env, f"{prefix}.{key}", getattr(self, key),
+                   f"off on {run.env.id}: it concerns answers of a token env ({list(ids('tokens'))} "
+                   "or a user task)")
+        non_negative(f"{prefix}.beta", self.beta)
+        non_negative(f"{prefix}.ref_update_every", self.ref_update_every)
+        positive(f"{prefix}.update_epochs", self.update_epochs)
+        positive(f"{prefix}.num_minibatches", self.num_minibatches)
+        _check(self.num_groups * self.group_size % self.num_minibatches == 0,
+               f"{prefix}.num_minibatches", self.num_minibatches,
+               f"a divisor of num_groups * group_size = {self.num_groups * self.group_size} "
+               "(minibatches keep whole trajectories)")
+        positive(f"{prefix}.lr", self.lr)
+        non_negative(f"{prefix}.ent_coef", self.ent_coef)
+        positive(f"{prefix}.max_grad_norm", self.max_grad_norm)
+        positive(f"{prefix}.max_memory_gb", self.max_memory_gb)
+        non_negative(f"{prefix}.max_updates", self.max_updates)
+        positive(f"{prefix}.loss_block_steps", self.loss_block_steps)
+
+
+CONFIG = GRPOConfig  # this algorithm's config (config.schema.ALGORITHMS)
+
 # with dynamic sampling: the share of the num_groups training groups that carry signal (reward
 # spread), and of the rolled groups that had spread
 DYNAMIC_SAMPLING_METRICS = ("kept_fraction", "spread_fraction")

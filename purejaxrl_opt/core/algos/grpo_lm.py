@@ -14,7 +14,7 @@ One update of the host driver (:mod:`purejaxrl_opt.host.lm.runner`) is
    of its minibatch inside a ``lax.scan``.
 
 The loss is the environment GRPO's, :func:`purejaxrl_opt.core.stages.grpo_objective.policy_objective`, with every
-variant of ``conf/algo/grpo.yaml`` (``loss_type``/``loss_norm``, ``scale_rewards``, GSPO's sequence
+variant of ``GRPOConfig`` (core/algos/grpo.py) (``loss_type``/``loss_norm``, ``scale_rewards``, GSPO's sequence
 ratio, ``epsilon_high``, ``delta``, the k3 KL and its importance weight, ``mask_truncated_completions``,
 ``overlong_buffer``), over completion tokens only: prompt tokens and the padding after a completion's
 stop token are masked. The per-token log-probs are those of the tempered policy, ``softmax(logits / T)``
@@ -41,7 +41,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from purejaxrl_opt.core.stages import lm_policy
-from purejaxrl_opt.config.schema import GRPOConfig
+from purejaxrl_opt.config.schema import AlgoConfig
 from purejaxrl_opt.core.stages.grpo_objective import has_spread, group_advantages, overlong_penalty, policy_objective
 from purejaxrl_opt.config.lm import LMTrainConfig, ModelConfig
 from purejaxrl_opt.core.stages.lm_policy import Batch, completion_log_probs, micro_reduce
@@ -65,7 +65,7 @@ class LMGRPO(lm_policy.LMTrainer):
     copy in full fine-tuning with ``beta > 0``, else None; it is an argument (never a closure
     constant, so a compile does not embed the weights)."""
 
-    algo: GRPOConfig
+    algo: AlgoConfig  # a GRPOConfig (core/algos/grpo.py; an algorithm imports no other)
     lm: LMTrainConfig
     model: ModelConfig
     cfg: causal_lm.LMConfig

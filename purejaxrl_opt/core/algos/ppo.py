@@ -7,7 +7,8 @@ shared too.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -18,8 +19,48 @@ from purejaxrl_opt import envs
 from purejaxrl_opt.core.stages import losses, rollout
 from purejaxrl_opt.core.stages.actor_critic import Transitions, make_stage
 from purejaxrl_opt.core.algos.base import Algorithm
-from purejaxrl_opt.config.schema import PPOConfig, RunConfig
+from purejaxrl_opt.config.schema import ActorCriticConfig, RunConfig, _check, non_negative, positive
 from purejaxrl_opt.core.stages.optim import adam, annealed, minibatch_epochs
+
+
+@dataclass(frozen=True)
+class PPOConfig(ActorCriticConfig):
+    """``algo=ppo``: the defaults are PureJaxRL's classic CartPole settings; env-specific values live in
+    conf/tuned/ppo_<env>.yaml. Rollout, discount and GAE fields: :class:`ActorCriticConfig`."""
+
+    name: str = "ppo"
+    update_epochs: int = 4  # passes over each batch
+    num_minibatches: int = 4  # minibatches per pass; must divide num_envs * num_steps
+    lr: float = 2.5e-4  # Adam learning rate (sweepable)
+    anneal_lr: bool = True  # linear decay of lr to 0 over training
+    clip_eps: float = 0.2  # surrogate clip range epsilon (sweepable)
+    clip_value: bool = True  # PPO2-style value clipping with the same clip_eps
+    ent_coef: float = 0.01  # entropy bonus coefficient (sweepable)
+    vf_coef: float = 0.5  # value loss coefficient (sweepable)
+    max_grad_norm: float = 0.5  # global gradient-norm clip (sweepable)
+
+    SWEEPABLE: ClassVar[tuple[str, ...]] = (
+        "lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
+
+    def validate(self, prefix: str, run: "RunConfig") -> None:
+        self._validate_rollout(prefix, run)
+        positive(f"{prefix}.update_epochs", self.update_epochs)
+        positive(f"{prefix}.num_minibatches", self.num_minibatches)
+        _check(self.batch_env_steps() % self.num_minibatches == 0, f"{prefix}.num_minibatches",
+               self.num_minibatches,
+               f"a divisor of num_envs * num_steps = {self.batch_env_steps()}")
+        if run.network.is_recurrent:  # minibatches are whole env sequences
+            _check(self.num_envs % self.num_minibatches == 0, f"{prefix}.num_minibatches",
+                   self.num_minibatches, f"a divisor of {prefix}.num_envs = {self.num_envs} with "
+                   f"network.recurrent={run.network.recurrent} (minibatches are whole env sequences)")
+        positive(f"{prefix}.lr", self.lr)
+        positive(f"{prefix}.clip_eps", self.clip_eps)
+        non_negative(f"{prefix}.ent_coef", self.ent_coef)
+        non_negative(f"{prefix}.vf_coef", self.vf_coef)
+        positive(f"{prefix}.max_grad_norm", self.max_grad_norm)
+
+
+CONFIG = PPOConfig  # this algorithm's config (config.schema.ALGORITHMS)
 
 METRICS = ("return_mean", "episode_length", "episodes", "policy_loss", "value_loss", "entropy",
            "approx_kl", "clip_frac", "learning_rate")

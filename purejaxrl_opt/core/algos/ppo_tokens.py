@@ -33,7 +33,7 @@ from jax.flatten_util import ravel_pytree
 
 from purejaxrl_opt.core.stages import losses, rollout
 from purejaxrl_opt.core.algos.base import Algorithm
-from purejaxrl_opt.config.schema import PPOConfig, RunConfig
+from purejaxrl_opt.config.schema import RunConfig
 from purejaxrl_opt.core.models.distributions import for_spec
 from purejaxrl_opt.config.errors import ConfigError
 from purejaxrl_opt.core.stages.optim import adam, minibatch_epochs
@@ -85,7 +85,7 @@ def transplant(source, target):
 
 
 def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
-    cfg: PPOConfig = run.algo
+    cfg = run.algo  # a PPOConfig (core/algos/ppo.py: PPO's config, whichever env kind)
     num_steps = spec.max_steps
     if cfg.num_steps != num_steps:
         raise ConfigError(

