@@ -40,6 +40,7 @@ import jax
 import numpy as np
 
 from purejaxrl_opt.config.errors import ConfigError
+from purejaxrl_opt.config.flat import flatten
 
 FORMAT = 1
 DIRNAME = "checkpoints"
@@ -125,15 +126,6 @@ def fingerprint(run, plan, loop_shape) -> dict:
                                   "structure": structure}))
 
 
-def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(data, dict):
-        out = {}
-        for key, value in data.items():
-            out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-        return out or {prefix: {}}
-    return {prefix: data}
-
-
 def _importance(key: str) -> tuple:
     """Algorithm and env first: a different algo also differs in most ``algo.*`` keys."""
     return (key not in ("algo.name", "env.id"), key)
@@ -149,7 +141,7 @@ def mismatches(saved: dict, current: dict) -> list[str]:
     show = lambda v: "nothing" if v is missing else repr(v)  # noqa: E731
 
     def _diff(a: dict, b: dict, prefix: str = "") -> list[str]:
-        a, b = _flatten(a, prefix), _flatten(b, prefix)
+        a, b = flatten(a, prefix, keep_empty=True), flatten(b, prefix, keep_empty=True)
         return [f"{key}: checkpoint has {show(a.get(key, missing))}, this run has {show(b.get(key, missing))}"
                 for key in sorted(set(a) | set(b), key=_importance) if a.get(key, missing) != b.get(key, missing)]
 
