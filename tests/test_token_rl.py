@@ -314,7 +314,7 @@ def test_bad_token_input_fails_before_compiling(module, overrides, message, tmp_
         raise AssertionError("compiled despite bad input")
 
     monkeypatch.setattr(runner, "Compiled", _refuse)
-    monkeypatch.setattr(sft, "make_sft_train", _refuse)
+    monkeypatch.setattr("purejaxrl_opt.host.sft.make_sft_train", _refuse)
     out = tmp_path / "run"
     with pytest.raises(ConfigError, match=re.escape(message)):
         if module == "sft":
