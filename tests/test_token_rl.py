@@ -181,7 +181,7 @@ def test_grpo_lifts_held_out_products_when_the_work_is_written(tmp_path):
     env_cfg = EnvConfig(id="Multiply-v0", params={"answer_order": "lsd", "scratchpad": True})
     net = NetworkConfig(kind="transformer")
     start = run_sft(env_cfg, net, SFTConfig(num_examples=512, steps=500, eval_prompts=2048),
-                        seed=0, out_dir=tmp_path / "sft", log=lambda *_: None)
+                    seed=0, out_dir=tmp_path / "sft", log=lambda *_: None)
     assert 0.2 < start["eval_accuracy"] < 0.6, start  # room above, and not a broken start
     run = RunConfig(algo=GRPOConfig(num_groups=32, group_size=8, update_epochs=2, num_minibatches=2,
                                     lr=1e-4, beta=0.04),

@@ -163,4 +163,3 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
                      metric_names=METRICS + reward_metric_names(env),
                      num_updates=num_updates, param_fn=lambda s: s.params,
                      lane_active=lambda s: budget.active(s.env_steps))
-
