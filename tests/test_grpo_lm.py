@@ -170,7 +170,7 @@ def test_grpo_raises_the_always_answer_7_reward(seven_run):
 
 def test_resume_is_bitwise(seven_run, tmp_path):
     out, settings, _ = seven_run
-    assert runner.checkpoint_steps(out) == [4, 8]
+    assert checkpoint.tree_steps(out) == [4, 8]
     resumed = tmp_path / "resumed"
     shutil.copytree(out, resumed)
     shutil.rmtree(resumed / "checkpoints" / "8")
@@ -189,7 +189,7 @@ def test_a_failing_reward_function_stops_the_run_and_keeps_the_last_checkpoint(t
                               "checkpoint.every_updates=1")
     with pytest.raises(rewards.RewardError, match="reward function 'flaky' raised RuntimeError: reward server"):
         runner.execute(settings, tmp_path)
-    assert runner.checkpoint_steps(tmp_path) == [1]
+    assert checkpoint.tree_steps(tmp_path) == [1]
     assert checkpoint.read_tree_manifest(tmp_path / "checkpoints" / "1")["update"] == 1
     assert not (tmp_path / "summary.json").exists()
 

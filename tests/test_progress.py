@@ -113,20 +113,25 @@ def test_sft_in_blocks_is_bitwise_one_call():
     import jax
     import numpy as np
 
-    from purejaxrl_opt import envs, sft
+    from purejaxrl_opt import envs
     from purejaxrl_opt.config.schema import EnvConfig, NetworkConfig
+    from purejaxrl_opt.core.algos.sft import SFTConfig, make_sft_train
     from purejaxrl_opt.core.models.policies import make_policy
+    from purejaxrl_opt.host.chunks import chunk_stops, compile_chunked, run_chunks
+    from purejaxrl_opt.host.sft import make_dataset
 
     net = NetworkConfig(kind="transformer", d_model=16, num_layers=1, num_heads=2, mlp_ratio=2)
     env_cfg = EnvConfig(id="Addition-v0", params={"min_digits": 1, "max_digits": 1})
-    cfg = sft.SFTConfig(num_examples=16, steps=30, batch_size=8, eval_prompts=8)
+    cfg = SFTConfig(num_examples=16, steps=30, batch_size=8, eval_prompts=8)
     policy = make_policy(envs.make(env_cfg.id, dict(env_cfg.params))[2], net)
-    init, blocks = sft.make_sft_train(policy, *sft.make_dataset(env_cfg, cfg, 0), cfg, log_every=10)
+    init, blocks = make_sft_train(policy, *make_dataset(env_cfg, cfg, 0), cfg, log_every=10)
+    key = jax.random.PRNGKey(0)
+    init, blocks, _ = compile_chunked(init, blocks, key)
     reports = []
-    one, _, _ = sft.train_blocks(init, blocks, jax.random.PRNGKey(0), 3, num_chunks=1)
-    three, _, _ = sft.train_blocks(init, blocks, jax.random.PRNGKey(0), 3, num_chunks=3,
-                                   on_chunk=lambda carry, done, seconds: reports.append(done))
-    assert reports == [1, 2, 3]
+    one, _ = run_chunks(blocks, init(key), chunk_stops(3, 1))
+    three, _ = run_chunks(blocks, init(key), chunk_stops(3, 3),
+                          after=lambda carry, done, last: reports.append((done, last)))
+    assert reports == [(1, False), (2, False), (3, True)]
     for a, b in zip(jax.tree_util.tree_leaves(one), jax.tree_util.tree_leaves(three)):
         assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
     assert np.isfinite(np.asarray(one[3]["loss"])).all()  # every block wrote its row

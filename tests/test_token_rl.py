@@ -15,6 +15,8 @@ import pytest
 
 from purejaxrl_opt.core import algos
 from purejaxrl_opt import envs, sft
+from purejaxrl_opt.core.algos.sft import SFTConfig
+from purejaxrl_opt.host.sft import run_sft
 from purejaxrl_opt.core.models import pretrained
 from purejaxrl_opt.host import runner
 from purejaxrl_opt.core.stages import rollout
@@ -77,9 +79,9 @@ def test_episode_tokens_places_actions_after_the_prompt():
 def sft_run(tmp_path_factory):
     """A tiny SFT run: 1-digit addition (100 prompts), 48 examples, a 1-layer transformer."""
     out = tmp_path_factory.mktemp("sft")
-    cfg = sft.SFTConfig(num_examples=48, steps=300, batch_size=32, lr=3e-3, eval_prompts=64)
+    cfg = SFTConfig(num_examples=48, steps=300, batch_size=32, lr=3e-3, eval_prompts=64)
     env_cfg = EnvConfig(id="Addition-v0", params=dict(ONE_DIGIT))
-    summary = sft.run_sft(env_cfg, NET, cfg, seed=0, out_dir=out, log=lambda *_: None)
+    summary = run_sft(env_cfg, NET, cfg, seed=0, out_dir=out, log=lambda *_: None)
     return out, summary
 
 
@@ -95,17 +97,17 @@ def test_sft_loss_falls_and_training_accuracy_rises(sft_run):
 
 
 def test_sft_schedule_warms_up_then_decays_and_bad_values_are_refused():
-    cfg = sft.SFTConfig(steps=1000, lr=2e-3, schedule="cosine", warmup_steps=100)
+    cfg = SFTConfig(steps=1000, lr=2e-3, schedule="cosine", warmup_steps=100)
     cfg.validate()
     lr = cfg.learning_rate()
     np.testing.assert_allclose([float(lr(0)), float(lr(50)), float(lr(100)), float(lr(550)), float(lr(1000))],
                                [0.0, 1e-3, 2e-3, 1e-3, 0.0], atol=1e-9)
-    assert sft.SFTConfig(lr=2e-3).learning_rate() == 2e-3  # constant (the default)
+    assert SFTConfig(lr=2e-3).learning_rate() == 2e-3  # constant (the default)
     for bad, key in [(dict(schedule="linear"), "sft.schedule"),
                      (dict(schedule="cosine", steps=100, warmup_steps=100), "sft.warmup_steps"),
                      (dict(warmup_steps=-1), "sft.warmup_steps"), (dict(warmup_steps=10), "sft.warmup_steps")]:
         with pytest.raises(ConfigError, match=key):
-            sft.SFTConfig(**bad).validate()
+            SFTConfig(**bad).validate()
 
 
 def test_init_from_loads_the_sft_policy_as_policy_and_reference(sft_run):
@@ -114,7 +116,7 @@ def test_init_from_loads_the_sft_policy_as_policy_and_reference(sft_run):
                     total_timesteps=64)
     algo = make_algorithm(run)
     state = algo.init(jax.random.PRNGKey(0), algo.default_hparams())
-    loaded = sft.load_policy(str(out), NET, algo.spec)
+    loaded = pretrained.load_policy(str(out), NET, algo.spec)
     for a, b, c in zip(*(jax.tree_util.tree_leaves(t) for t in (state.params["actor"], state.ref_params,
                                                                   loaded))):
         np.testing.assert_array_equal(a, c)
@@ -158,7 +160,7 @@ def test_ppo_from_the_sft_start_answers_most_training_prompts(sft_run, tmp_path)
     result = runner.execute(run, tmp_path, loggers=(), num_chunks=1)
     # the SFT start as lane 0, the two trained seeds as lanes 1, 2: one compile
     lanes = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]),
-                                   sft.load_policy(str(out), NET, algo.spec),
+                                   pretrained.load_policy(str(out), NET, algo.spec),
                                    algo.policy_params(result.loop.algo_state)[0])
     start, *final = training_prompt_accuracy(algo, lanes)
     assert start < 0.95, start  # the SFT model does not already answer them all
@@ -180,8 +182,8 @@ def test_grpo_lifts_held_out_products_when_the_work_is_written(tmp_path):
     """
     env_cfg = EnvConfig(id="Multiply-v0", params={"answer_order": "lsd", "scratchpad": True})
     net = NetworkConfig(kind="transformer")
-    start = sft.run_sft(env_cfg, net, sft.SFTConfig(num_examples=512, steps=500, eval_prompts=2048),
-                        seed=0, out_dir=tmp_path / "sft", log=lambda *_: None)
+    start = run_sft(env_cfg, net, SFTConfig(num_examples=512, steps=500, eval_prompts=2048),
+                    seed=0, out_dir=tmp_path / "sft", log=lambda *_: None)
     assert 0.2 < start["eval_accuracy"] < 0.6, start  # room above, and not a broken start
     run = RunConfig(algo=GRPOConfig(num_groups=32, group_size=8, update_epochs=2, num_minibatches=2,
                                     lr=1e-4, beta=0.04),
@@ -270,7 +272,7 @@ def test_init_from_refuses_other_architectures_vocabularies_and_buffers(sft_run,
     # the same parameters saved with another vocabulary in their fingerprint
     meta = pretrained.read_meta(str(out))
     meta = {k: v for k, v in meta.items() if k != "structure"}
-    params = sft.load_policy(str(out), NET, envs.make("Addition-v0", dict(ONE_DIGIT))[2])
+    params = pretrained.load_policy(str(out), NET, envs.make("Addition-v0", dict(ONE_DIGIT))[2])
     edited = tmp_path / "edited"
     pretrained.save_checkpoint(edited, params, {**meta, "vocab": meta["vocab"][:-1] + ["*"]})
     with pytest.raises(ConfigError, match="vocabulary mismatch"):
@@ -314,11 +316,11 @@ def test_bad_token_input_fails_before_compiling(module, overrides, message, tmp_
         raise AssertionError("compiled despite bad input")
 
     monkeypatch.setattr(runner, "Compiled", _refuse)
-    monkeypatch.setattr(sft, "make_sft_train", _refuse)
+    monkeypatch.setattr("purejaxrl_opt.host.sft.make_sft_train", _refuse)
     out = tmp_path / "run"
     with pytest.raises(ConfigError, match=re.escape(message)):
         if module == "sft":
-            sft.run_sft(*sft.config_from_hydra(compose("sft", overrides)), out_dir=out, log=lambda *_: None)
+            run_sft(*sft.config_from_hydra(compose("sft", overrides)), out_dir=out, log=lambda *_: None)
         else:
             run_from_config(compose("config", overrides), str(out))
     assert not out.exists()

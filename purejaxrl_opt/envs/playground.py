@@ -87,6 +87,7 @@ from mujoco_playground._src import dm_control_suite, locomotion, manipulation, m
 from purejaxrl_opt.envs.options import Option, check  # noqa: E402
 from purejaxrl_opt.envs.protocol import ResetWhereDone  # noqa: E402
 from purejaxrl_opt.config.errors import ConfigError  # noqa: E402
+from purejaxrl_opt.config.flat import flatten  # noqa: E402
 
 LIBRARY = "playground"
 # the env id prefixes this module serves: ``playground/<name>`` and ``brax/<name>``
@@ -257,16 +258,6 @@ class PlaygroundEnv(ResetWhereDone, Environment):
 
 
 # --------------------------------------------------------------------------- construction
-def _flatten(config, prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for key, value in config.items():
-        if hasattr(value, "items"):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def _make_playground(name: str, options: dict):
     if name not in dm_control_suite.ALL_ENVS and _needs_menagerie(name) and not _menagerie_available():
         raise ConfigError(
@@ -277,7 +268,7 @@ def _make_playground(name: str, options: dict):
     if name not in ids("playground"):
         raise ConfigError(f"unknown env 'playground/{name}'; available: {list(ids('playground'))}")
     impl = options.get("impl", "jax")
-    default = _flatten(_playground_default_config(name))
+    default = flatten(_playground_default_config(name))
     overrides = dict(options.get("config") or {})
     for key in overrides:
         if key in _PLAYGROUND_RESERVED:

@@ -40,6 +40,7 @@ import jax
 import numpy as np
 
 from purejaxrl_opt.config.errors import ConfigError
+from purejaxrl_opt.config.flat import flatten
 from purejaxrl_opt.config.schema import _check
 
 FORMAT = 1
@@ -102,6 +103,57 @@ def _leaf_paths(tree) -> list[str]:
     return [jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
 
 
+def structure(tree) -> dict[str, list]:
+    """``{leaf path: [shape, dtype]}`` of ``tree`` (arrays or shape/dtype structs): what a manifest
+    records of every leaf, and what a restore compares before reading any data."""
+    return {path: [list(leaf.shape), str(leaf.dtype)]
+            for path, leaf in zip(_leaf_paths(tree), jax.tree_util.tree_leaves(tree))}
+
+
+ITEMS = ("state", "manifest")  # the two items of every checkpoint of this format
+
+
+def _manager(directory: Path, write: bool = False, keep: int | None = None, **options):
+    """The orbax manager of the numbered checkpoints in ``directory`` (which must exist to write):
+    items :data:`ITEMS`, synchronous saves (see the module's docstring), ``keep`` the newest."""
+    ocp = _ocp()
+    if write:
+        settings = ocp.CheckpointManagerOptions(max_to_keep=keep, create=False,
+                                                enable_async_checkpointing=False, **options)
+    else:
+        settings = ocp.CheckpointManagerOptions(read_only=True, create=False)
+    return ocp.CheckpointManager(directory, options=settings, item_names=ITEMS)
+
+
+def _save(manager, step: int, host: list, manifest: dict) -> None:
+    """Write the host leaves ``host`` (named by :func:`_stored`) and ``manifest`` as ``step``."""
+    ocp = _ocp()
+    manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(_stored(host)),
+                                               manifest=ocp.args.JsonSave(manifest)))
+
+
+def _read_manifest(directory: Path, step: int) -> Any:
+    """The manifest item of checkpoint ``step`` of ``directory`` (orbax's error when unreadable)."""
+    ocp = _ocp()
+    manager = _manager(directory)
+    try:
+        return manager.restore(step, args=ocp.args.Composite(manifest=ocp.args.JsonRestore())).manifest
+    finally:
+        manager.close()
+
+
+def _read_state(directory: Path, step: int, leaves) -> dict:
+    """The state item of checkpoint ``step``, read into host arrays of ``leaves``' shapes and dtypes
+    (orbax's error when unreadable; verify it with :func:`_verified_leaves`)."""
+    ocp = _ocp()
+    target = _stored([np.zeros(leaf.shape, leaf.dtype) for leaf in leaves])
+    manager = _manager(directory)
+    try:
+        return manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target))).state
+    finally:
+        manager.close()
+
+
 def _stored(leaves) -> dict[str, Any]:
     """The leaves orbax writes, by name: every leaf with at least one element (orbax refuses to
     write empty arrays; their shape and dtype are in the manifest, which is all they hold)."""
@@ -134,23 +186,11 @@ def fingerprint(run, plan, loop_shape) -> dict:
     for key in IMPLEMENTATION_KEYS:
         if config["network"].get(key) == "auto":
             config["network"].pop(key)
-    leaves = jax.tree_util.tree_leaves(loop_shape)
-    structure = {path: [list(leaf.shape), str(leaf.dtype)]
-                 for path, leaf in zip(_leaf_paths(loop_shape), leaves)}
     # through JSON so tuples compare equal to the lists read back from a manifest
     import json
 
     return json.loads(json.dumps({"config": config, "sweep": plan.to_dict() if plan else None,
-                                  "structure": structure}))
-
-
-def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(data, dict):
-        out = {}
-        for key, value in data.items():
-            out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-        return out or {prefix: {}}
-    return {prefix: data}
+                                  "structure": structure(loop_shape)}))
 
 
 def _importance(key: str) -> tuple:
@@ -168,7 +208,7 @@ def mismatches(saved: dict, current: dict) -> list[str]:
     show = lambda v: "nothing" if v is missing else repr(v)  # noqa: E731
 
     def _diff(a: dict, b: dict, prefix: str = "") -> list[str]:
-        a, b = _flatten(a, prefix), _flatten(b, prefix)
+        a, b = flatten(a, prefix, keep_empty=True), flatten(b, prefix, keep_empty=True)
         return [f"{key}: checkpoint has {show(a.get(key, missing))}, this run has {show(b.get(key, missing))}"
                 for key in sorted(set(a) | set(b), key=_importance) if a.get(key, missing) != b.get(key, missing)]
 
@@ -269,10 +309,7 @@ class Checkpointer:
                 primary_host=0, active_processes={0})
         try:
             self.directory.mkdir(parents=True, exist_ok=True)  # orbax refuses create=True with the above
-            options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=False,
-                                                   enable_async_checkpointing=False, **extra_options)
-            self.manager = ocp.CheckpointManager(self.directory, options=options,
-                                                 item_names=("state", "manifest"))
+            self.manager = _manager(self.directory, write=True, keep=keep, **extra_options)
         except Exception as error:  # noqa: BLE001 - any failure to set up writing is a write failure
             raise CheckpointWriteError(f"cannot write checkpoints into {self.directory}: "
                                        f"{_reason(error)}") from None
@@ -281,7 +318,6 @@ class Checkpointer:
     def save(self, loop, update_idx: int) -> None:
         """Write the state ``loop`` reached at update ``update_idx`` as ``checkpoints/<update_idx>``
         (nothing when that checkpoint exists, e.g. when a finished run is resumed)."""
-        ocp = _ocp()
         if update_idx in available_steps(self.directory.parent):
             return
         host = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(jax.device_get(loop))]
@@ -296,8 +332,7 @@ class Checkpointer:
             **self.extra,
         }
         try:
-            self.manager.save(update_idx, args=ocp.args.Composite(
-                state=ocp.args.StandardSave(_stored(host)), manifest=ocp.args.JsonSave(manifest)))
+            _save(self.manager, update_idx, host, manifest)
         except Exception as error:  # noqa: BLE001 - permissions, a full disk, any orbax error
             self._remove_unfinished(update_idx)
             kept = available_steps(self.directory.parent)
@@ -327,13 +362,6 @@ class Checkpointer:
         self.manager.close()
 
 
-def _manager(run_dir):
-    ocp = _ocp()
-    options = ocp.CheckpointManagerOptions(read_only=True, create=False)
-    return ocp.CheckpointManager(checkpoint_dir(run_dir), options=options,
-                                 item_names=("state", "manifest"))
-
-
 def _choose_step(run_dir, step: int | None) -> int:
     steps = available_steps(run_dir)
     if not steps:
@@ -351,12 +379,9 @@ def _choose_step(run_dir, step: int | None) -> int:
 def read_manifest(run_dir: str | os.PathLike, step: int | None = None) -> tuple[int, dict]:
     """``(step, manifest)`` of the latest (or the given) checkpoint of ``run_dir``."""
     step = _choose_step(run_dir, step)
-    ocp = _ocp()
     where = checkpoint_dir(run_dir) / str(step)
     try:
-        manager = _manager(run_dir)
-        manifest = manager.restore(step, args=ocp.args.Composite(manifest=ocp.args.JsonRestore())).manifest
-        manager.close()
+        manifest = _read_manifest(checkpoint_dir(run_dir), step)
     except Exception as error:  # noqa: BLE001 - any read failure means the checkpoint is unusable
         raise CorruptCheckpointError(f"checkpoint {where} is corrupt or unreadable (manifest: {error}); "
                                      f"other checkpoints: {available_steps(run_dir)}") from error
@@ -381,13 +406,8 @@ def restore(run_dir: str | os.PathLike, expected_fingerprint: dict, loop_shape,
             f"{Path(run_dir) / '.hydra' / 'overrides.yaml'}). Nothing was written.")
     leaves, treedef = jax.tree_util.tree_flatten(loop_shape)
     paths = list(expected_fingerprint["structure"])
-    target = _stored([np.zeros(leaf.shape, leaf.dtype) for leaf in leaves])
-    ocp = _ocp()
     try:
-        manager = _manager(run_dir)
-        state = manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(target))).state
-        manager.close()
+        state = _read_state(checkpoint_dir(run_dir), step, leaves)
     except Exception as error:  # noqa: BLE001
         raise CorruptCheckpointError(f"checkpoint {where} is corrupt or unreadable ({type(error).__name__}: "
                                      f"{error}); other checkpoints: {available_steps(run_dir)}") from error
@@ -429,7 +449,6 @@ def save_tree(directory: str | os.PathLike, tree, manifest: dict) -> None:
     orbax; an existing checkpoint in ``directory`` is replaced."""
     import shutil
 
-    ocp = _ocp()
     directory = Path(directory).absolute()
     shutil.rmtree(directory, ignore_errors=True)
     host = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(jax.device_get(tree))]
@@ -438,25 +457,31 @@ def save_tree(directory: str | os.PathLike, tree, manifest: dict) -> None:
             "fingerprint": {**manifest.get("fingerprint", {}),
                             "structure": {p: [list(a.shape), str(a.dtype)] for p, a in zip(paths, host)}},
             "digests": {p: _digest(a) for p, a in zip(paths, host)}}
-    manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(
-        create=True, enable_async_checkpointing=False), item_names=("state", "manifest"))
-    manager.save(0, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(_stored(host)),
-        manifest=ocp.args.JsonSave(full)))
+    directory.mkdir(parents=True)
+    manager = _manager(directory, write=True)
+    _save(manager, 0, host, full)
     manager.close()
+
+
+def is_tree(directory: str | os.PathLike) -> bool:
+    """Whether ``directory`` holds a finished :func:`save_tree` checkpoint (orbax renames its
+    ``0/`` into place only once every file is written)."""
+    return (Path(directory) / "0").is_dir()
+
+
+def tree_steps(run_dir: str | os.PathLike) -> list[int]:
+    """The finished :func:`save_tree` checkpoints ``run_dir/checkpoints/<step>/`` (a run that saves
+    one pytree per step, e.g. a language-model run), by step."""
+    return [step for step in available_steps(run_dir) if is_tree(checkpoint_dir(run_dir) / str(step))]
 
 
 def read_tree_manifest(directory: str | os.PathLike) -> dict:
     """The manifest of a :func:`save_tree` checkpoint (CheckpointError if there is none)."""
-    ocp = _ocp()
     directory = Path(directory).absolute()
-    if not (directory / "0").is_dir():
+    if not is_tree(directory):
         raise CheckpointError(f"no checkpoint in {directory}")
     try:
-        manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(
-            read_only=True, create=False), item_names=("state", "manifest"))
-        manifest = manager.restore(0, args=ocp.args.Composite(manifest=ocp.args.JsonRestore())).manifest
-        manager.close()
+        manifest = _read_manifest(directory, 0)
     except Exception as error:  # noqa: BLE001
         raise CheckpointError(f"checkpoint {directory} is corrupt or unreadable ({error})") from error
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
@@ -464,27 +489,28 @@ def read_tree_manifest(directory: str | os.PathLike) -> dict:
     return manifest
 
 
-def restore_tree(directory: str | os.PathLike, template) -> tuple[Any, dict]:
+def restore_tree(directory: str | os.PathLike, template, config: dict | None = None) -> tuple[Any, dict]:
     """``(tree, manifest)`` of a :func:`save_tree` checkpoint, in the structure of ``template``
     (arrays or shape/dtype structs); CheckpointError when the leaves' paths, shapes or dtypes differ
-    from the template's or a leaf's data does not match its digest."""
-    ocp = _ocp()
+    from the template's or a leaf's data does not match its digest, and, given ``config``, when the
+    manifest's ``fingerprint.config`` differs from it (the differing keys named)."""
     directory = Path(directory).absolute()
     manifest = read_tree_manifest(directory)
+    if config is not None:
+        differing = mismatches({"config": manifest["fingerprint"].get("config", {})}, {"config": config})
+        if differing:
+            raise CheckpointError(f"checkpoint {directory} was written by another configuration: "
+                                  + "; ".join(differing[:6]))
     leaves, treedef = jax.tree_util.tree_flatten(template)
     paths = _leaf_paths(template)
-    expected = {p: [list(leaf.shape), str(np.dtype(leaf.dtype))] for p, leaf in zip(paths, leaves)}
+    expected = structure(template)
     saved = manifest["fingerprint"].get("structure", {})
     if saved != expected:
         diff = [f"{p}: checkpoint has {saved.get(p, 'nothing')}, expected {expected.get(p, 'nothing')}"
                 for p in sorted(set(saved) | set(expected)) if saved.get(p) != expected.get(p)]
         raise CheckpointError(f"checkpoint {directory} holds other arrays: " + "; ".join(diff[:6]))
-    target = _stored([np.zeros(leaf.shape, leaf.dtype) for leaf in leaves])
     try:
-        manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(
-            read_only=True, create=False), item_names=("state", "manifest"))
-        state = manager.restore(0, args=ocp.args.Composite(state=ocp.args.StandardRestore(target))).state
-        manager.close()
+        state = _read_state(directory, 0, leaves)
     except Exception as error:  # noqa: BLE001
         raise CheckpointError(f"checkpoint {directory} is corrupt or unreadable ({type(error).__name__}: "
                               f"{error})") from error

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import t as student_t
 
+from purejaxrl_opt.config.flat import flatten
 from purejaxrl_opt.host import stats
 
 # config keys that identify a lane, not a configuration (pooled over), or do not affect training
@@ -62,18 +63,10 @@ class Group:
         self.jobs += other.jobs
 
 
-def _flat(data: Any, prefix: str = "") -> dict:
-    if isinstance(data, dict):
-        out = {}
-        for key, value in data.items():
-            out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    return {prefix: tuple(data) if isinstance(data, list) else data}
-
-
 def _base_config(summary: dict) -> dict:
     if "config" in summary:
-        config = _flat(summary["config"])
+        # lists as tuples: values that group runs must be hashable
+        config = {k: tuple(v) if isinstance(v, list) else v for k, v in flatten(summary["config"]).items()}
     else:  # a summary from before the config was recorded: what it does say
         config = {"algo.name": summary["algo"], "env.id": summary["env"],
                   "total_timesteps": summary.get("total_timesteps")}

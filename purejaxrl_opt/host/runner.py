@@ -12,7 +12,6 @@ chunking, with or without checkpoints, and after a resume (tested).
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ import numpy as np
 from purejaxrl_opt.core import algos
 from purejaxrl_opt.formats import checkpoint
 from purejaxrl_opt.host import rundir, sweep
+from purejaxrl_opt.host.chunks import chunk_sizes, chunk_stops, compile_chunked, run_chunks  # noqa: F401
 from purejaxrl_opt.host.artifacts import (make_summary, memory_report, plot_learning_curve, write_json_atomic,
                                      write_metrics_csv)
 from purejaxrl_opt.core.stages import evaluation
@@ -63,10 +63,9 @@ class Compiled:
             self.seconds = time.perf_counter() - start
             return
         self.specs = None
-        self.init = jax.jit(jax.vmap(partial(init_loop, algo))).lower(keys, hparams).compile()
-        shape = loop_shape(algo, keys, hparams)
-        self.updates = jax.jit(jax.vmap(partial(run_updates, algo), in_axes=(0, None, None))).lower(
-            shape, jnp.int32(0), jnp.int32(1)).compile()
+        self.init, self.updates, shape = compile_chunked(
+            jax.vmap(partial(init_loop, algo)), jax.vmap(partial(run_updates, algo), in_axes=(0, None, None)),
+            keys, hparams)
         self.evaluate = jax.jit(jax.vmap(partial(evaluation.final_returns, algo))).lower(shape).compile()
         self.seconds = time.perf_counter() - start
 
@@ -110,33 +109,11 @@ def _to_host(tree):
     return parallel.to_host(tree)
 
 
-def chunk_sizes(num_updates: int, num_chunks: int) -> list[int]:
-    num_chunks = max(1, min(num_chunks, num_updates))
-    base = math.ceil(num_updates / num_chunks)
-    sizes = [base] * (num_updates // base)
-    if num_updates % base:
-        sizes.append(num_updates % base)
-    return sizes
-
-
-def chunk_stops(num_updates: int, num_chunks: int, checkpoint_every: int = 0, start: int = 0,
-                doubling: bool = False) -> list[int]:
-    """Update counts after which a chunk ends: the ``num_chunks`` progress grid (:func:`chunk_sizes`),
-    every multiple of ``checkpoint_every``, and the end; only those after ``start``. ``doubling``
-    adds every power of two: with a budget of env steps (GRPO) ``num_updates`` is only a bound and
-    the run may end long before it, so progress is also reported at 1, 2, 4, ... updates."""
-    stops = set(np.cumsum(chunk_sizes(num_updates, num_chunks)).tolist())
-    if doubling and num_chunks > 1:
-        stops |= {1 << k for k in range(max(num_updates, 1).bit_length()) if 1 << k < num_updates}
-    if checkpoint_every > 0:
-        stops |= set(range(checkpoint_every, num_updates, checkpoint_every))
-    return sorted(s for s in stops | {num_updates} if s > start)
-
-
 def train_lanes(compiled: Compiled, keys, hparams, num_updates: int, num_chunks: int,
                 on_chunk=None, *, loop: Loop | None = None, checkpoint_every: int = 0,
                 on_checkpoint=None, finished=None, final_checkpoint: bool = True) -> tuple[Loop, float]:
-    """Run every update in chunks, from ``loop`` (a restored state) or from a fresh init.
+    """Run every update in chunks (:func:`purejaxrl_opt.host.chunks.run_chunks`), from ``loop`` (a
+    restored state) or from a fresh init.
 
     ``on_chunk(metrics, updates_done, seconds)`` runs after each chunk with host metrics;
     ``on_checkpoint(loop, updates_done)`` after each chunk ending on a multiple of
@@ -160,7 +137,7 @@ def train_lanes(compiled: Compiled, keys, hparams, num_updates: int, num_chunks:
         done = int(np.asarray(loop.update_idx).max())
     callbacks = on_chunk is not None or on_checkpoint is not None
 
-    def _after(chunk_loop: Loop, updates_done: int, last: bool = False) -> None:
+    def _after(chunk_loop: Loop, updates_done: int, last: bool) -> None:
         if on_chunk is not None:
             metrics = host_metrics(_to_host(chunk_loop.metrics))  # waits for this chunk only
             on_chunk(metrics, num_updates if last else updates_done, time.perf_counter() - start)
@@ -169,25 +146,11 @@ def train_lanes(compiled: Compiled, keys, hparams, num_updates: int, num_chunks:
                 not final and checkpoint_every > 0 and updates_done % checkpoint_every == 0)):
             on_checkpoint(chunk_loop, updates_done)
 
-    pending = None  # (loop, done) of the previous chunk, handled after the next one is dispatched
     stops = chunk_stops(num_updates, num_chunks if callbacks else 1, checkpoint_every, done,
                         doubling=finished is not None)
-    for stop in stops:
-        loop = compiled.updates(loop, jnp.int32(done), jnp.int32(stop))
-        done = stop
-        if callbacks:
-            if pending is not None:
-                _after(*pending)
-                if finished is not None and finished(pending[0]):
-                    break  # the chunk just dispatched changes nothing: it ends the run
-            pending = (loop, done)
-    jax.block_until_ready(loop)
     # training time: init and every update (with the progress reads and periodic checkpoints made
     # between chunks); the last chunk's progress line and final checkpoint are written after it
-    seconds = time.perf_counter() - start
-    if pending is not None:
-        _after(loop, done, last=True) if done < num_updates else _after(*pending)
-    return loop, seconds
+    return run_chunks(compiled.updates, loop, stops, done, _after if callbacks else None, finished, start)
 
 
 def update_reached(loop: Loop) -> int:

@@ -31,7 +31,8 @@ updates, so the KL pulls toward a fixed policy of the raw observation.
 Env-step budget: ``total_timesteps`` counts real (unmasked) episode steps, as PPO's and TRPO's count
 env steps; every rolled episode counts, also those dynamic sampling drops. A lane runs updates
 while its consumed steps are below ``total_timesteps`` (a ``while_loop`` over updates,
-:func:`purejaxrl_opt.core.algos.base.run_updates` with ``lane_active``), so it uses at least all of the
+:func:`purejaxrl_opt.core.algos.base.run_updates` with ``lane_active``;
+:class:`purejaxrl_opt.core.stages.budget.StepBudget`), so it uses at least all of the
 budget and at most one update's steps more. The metrics buffer has ``max_updates`` rows (default
 ``GRPOConfig.num_updates``: every episode one step long, the most updates a run can ever need); rows
 of updates a lane did not run stay NaN.
@@ -68,6 +69,7 @@ from purejaxrl_opt.config.errors import ConfigError
 # the objective and the advantages live one layer down, shared with the language-model trainer
 from purejaxrl_opt.core.stages.grpo_objective import ADV_EPS, group_advantages, overlong_penalty, policy_objective  # noqa: F401
 from purejaxrl_opt.core.stages.grpo_objective import has_spread as _has_spread
+from purejaxrl_opt.core.stages.budget import StepBudget, max_updates as budget_max_updates
 from purejaxrl_opt.core.stages.optim import adam, minibatch_epochs
 from purejaxrl_opt.core.models.policies import Policy, as_policy, make_policy
 from purejaxrl_opt.core.models.pretrained import load_initial_actor
@@ -191,7 +193,7 @@ class GRPOConfig(AlgoConfig):
         (``ceil(total_timesteps / (num_groups * group_size))``). A lane stops at its budget, so the
         rows it does not use cost only memory and stay NaN."""
         self.rollout_length(episode_limit)  # an env without a limit needs max_episode_steps
-        return self.max_updates or max(1, -(-total_timesteps // (self.num_groups * self.group_size)))
+        return self.max_updates or budget_max_updates(total_timesteps, self.num_groups * self.group_size)
 
     def validate(self, prefix: str, run: "RunConfig") -> None:
         positive(f"{prefix}.num_groups", self.num_groups)
@@ -464,6 +466,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
     num_sampled = cfg.num_sampled_groups
     dynamic_sampling = cfg.dynamic_sampling_oversample > 1
     num_updates = cfg.num_updates(run.total_timesteps, spec.max_steps)
+    budget = StepBudget(run.total_timesteps, num_updates)
     loss_fn = make_loss_fn(policy, dist, cfg.reduction, cfg)
     blocks = uses_block_path(spec, policy, cfg)
     block_steps, buffer_steps = block_layout(cfg, num_steps)
@@ -520,8 +523,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
 
     def update(state: GRPOState, hparams, update_idx):
         key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
-        progress = jnp.maximum(update_idx / num_updates, state.env_steps / run.total_timesteps)
-        learning_rate = hparams["lr"] * (1.0 - progress) if cfg.anneal_lr else hparams["lr"]
+        learning_rate = budget.learning_rate(hparams["lr"], cfg.anneal_lr, update_idx, state.env_steps)
         optimizer = adam(hparams, learning_rate)
         same_start = cfg.grouping == "same_start"
         if blocks:
@@ -566,15 +568,13 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
                            spread_fraction=spread.mean())
         metrics.update(reward_metrics(env, sampled.reward_terms))
         new_state = GRPOState(params, ref_params, opt_state, obs_norm,
-                              state.env_steps + env_steps.astype(jnp.uint32), key, ref_obs_norm)
+                              budget.spend(state.env_steps, sampled.lengths), key, ref_obs_norm)
         return new_state, metrics
-
-    def lane_active(state: GRPOState):
-        return state.env_steps < run.total_timesteps
 
     return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=dist,
                      policy=policy, init=init, update=update,
                      policy_params=lambda s: (s.params["actor"], s.obs_norm),
                      metric_names=(METRICS + (DYNAMIC_SAMPLING_METRICS if dynamic_sampling else ())
                                    + reward_metric_names(env)),
-                     num_updates=num_updates, param_fn=lambda s: s.params, lane_active=lane_active)
+                     num_updates=num_updates, param_fn=lambda s: s.params,
+                     lane_active=lambda s: budget.active(s.env_steps))

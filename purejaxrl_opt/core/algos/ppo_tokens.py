@@ -12,11 +12,10 @@ can be compared with GRPO's.
 
 Env-step budget: ``total_timesteps`` counts real answer tokens (unmasked steps), as every algorithm
 counts real env steps; not ``num_envs x num_steps`` (the answer limit), which a batch of answers
-ending early with ``<eos>`` never uses. A lane runs updates while its consumed tokens are below
-``total_timesteps`` (``lane_active``, as GRPO), so it uses at least all of the budget and at most
-one update's tokens more; the metrics buffer has ``ceil(total_timesteps / num_envs)`` rows (every
-answer at least one token), rows of updates not run stay NaN. ``anneal_lr`` decays with the budget
-used.
+ending early with ``<eos>`` never uses: the budget of GRPO
+(:class:`purejaxrl_opt.core.stages.budget.StepBudget`: a lane runs while its tokens are below
+``total_timesteps``, ``ceil(total_timesteps / num_envs)`` metric rows, ``anneal_lr`` decays with the
+budget used).
 
 The critic doubles the parameters and the per-token compute of the update: the cost GRPO's
 group-relative baseline removes (experiments/compare_tokens.py measures both).
@@ -32,6 +31,7 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from purejaxrl_opt.core.stages import losses, rollout
+from purejaxrl_opt.core.stages.budget import StepBudget, max_updates
 from purejaxrl_opt.core.algos.base import Algorithm
 from purejaxrl_opt.config.schema import RunConfig
 from purejaxrl_opt.core.models.distributions import for_spec
@@ -99,7 +99,8 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
     dist = for_spec(spec.discrete)
     policy, value = make_policy(spec, run.network), make_value(spec, run.network)
     initial_actor = load_initial_actor(run, spec)
-    num_updates = budget_updates(run.total_timesteps, cfg.num_envs)
+    num_updates = max_updates(run.total_timesteps, cfg.num_envs)  # every answer at least one token
+    budget = StepBudget(run.total_timesteps, num_updates)
 
     def init(key, hparams):
         actor_key, critic_key, key = jax.random.split(key, 3)
@@ -140,9 +141,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
         log_prob_ref = dist.log_prob(policy.episode_apply(state.ref_params, obs, action), action)
         answers = Minibatch(obs, action, log_prob, log_prob_ref, values, advantages, returns, mask)
 
-        # the budget is real tokens: decay with the share of it used (the update count only bounds)
-        progress = jnp.maximum(update_idx / num_updates, state.env_steps / run.total_timesteps)
-        learning_rate = hparams["lr"] * (1.0 - progress) if cfg.anneal_lr else hparams["lr"]
+        learning_rate = budget.learning_rate(hparams["lr"], cfg.anneal_lr, update_idx, state.env_steps)
         optimizer = adam(hparams, learning_rate)
         flat_params, unravel = ravel_pytree(state.params)
         grad_fn = jax.grad(lambda flat, mb: loss_fn(unravel(flat), mb, hparams), has_aux=True)
@@ -155,20 +154,12 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
                        episodes=jnp.asarray(cfg.num_envs, jnp.float32), learning_rate=learning_rate,
                        env_steps=batch.lengths.sum())
         metrics.update(reward_metrics(env, batch.reward_terms))
-        env_steps = state.env_steps + batch.lengths.sum().astype(jnp.uint32)
+        env_steps = budget.spend(state.env_steps, batch.lengths)
         return TokenPPOState(unravel(flat_params), state.ref_params, opt_state, key, env_steps), metrics
-
-    def lane_active(state: TokenPPOState):
-        return state.env_steps < run.total_timesteps
 
     return Algorithm(run=run, env=env, env_params=env_params, spec=spec, dist=dist,
                      policy=policy, init=init, update=update,
                      policy_params=lambda s: (s.params["actor"], None),
                      metric_names=METRICS + reward_metric_names(env),
-                     num_updates=num_updates, param_fn=lambda s: s.params, lane_active=lane_active)
-
-
-def budget_updates(total_timesteps: int, num_envs: int) -> int:
-    """Rows of the metrics buffer: the most updates a lane can run before ``total_timesteps`` real
-    tokens are spent, every answer being at least one token long (``ceil(total / num_envs)``)."""
-    return max(1, -(-total_timesteps // num_envs))
+                     num_updates=num_updates, param_fn=lambda s: s.params,
+                     lane_active=lambda s: budget.active(s.env_steps))

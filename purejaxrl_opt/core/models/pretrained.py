@@ -37,9 +37,11 @@ def read_meta(path: str) -> dict:
 
 
 def _checkpoint_path(path: str) -> Path:
+    from purejaxrl_opt.formats import checkpoint
+
     p = Path(path)
     for candidate in (p / "checkpoint", p):
-        if (candidate / "0").is_dir():
+        if checkpoint.is_tree(candidate):
             return candidate
     if (p / "checkpoint" / "params.msgpack").is_file() or (p / "params.msgpack").is_file():
         raise ConfigError(f"config key 'init_from' = {path!r}: a msgpack SFT checkpoint of an older "

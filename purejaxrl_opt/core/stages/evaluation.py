@@ -50,13 +50,10 @@ def play_episodes(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn, 
         key, action_key, env_key = jax.random.split(key, 3)
         # an episode's end needs no reset: its later steps are not counted
         memory, dist_params = step(actor_params, memory, envs.obs_norm_apply(obs_norm, obs))
-        action = dist.mode(dist_params) if deterministic else dist.sample(action_key, dist_params)
-        obs, env_state, reward, terminated, truncated, _ = envs.step_batch(
-            env, env_params, jax.random.split(env_key, num_episodes), env_state,
-            envs.to_env_action(spec, action, clip_actions))
-        returns = returns + jnp.where(alive, reward.astype(jnp.float32), 0.0)
-        alive = jnp.logical_and(alive, jnp.logical_not(jnp.logical_or(terminated, truncated)))
-        return t + 1, env_state, obs, alive, returns, key, memory
+        _, obs, env_state, reward, alive, _ = rollout.alive_step(
+            env, env_params, spec, dist, action_key, env_key, env_state, alive, dist_params,
+            deterministic, clip_actions)
+        return t + 1, env_state, obs, alive, returns + reward, key, memory
 
     init = (jnp.zeros((), jnp.int32), carry.env_state, carry.obs, jnp.ones((num_episodes,), bool),
             jnp.zeros((num_episodes,), jnp.float32), loop_key, memory)

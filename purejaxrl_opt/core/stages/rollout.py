@@ -194,22 +194,34 @@ def group_reset_keys(key: jax.Array, num_groups: int, group_size: int, same_star
     return jax.random.split(key, num_groups * group_size)
 
 
-def _group_step(env, env_params, spec: EnvSpec, dist: Distribution, key: jax.Array, env_state,
-                alive: jnp.ndarray, dist_params, greedy: bool, clip_actions: bool):
-    """One step of every episode of a group rollout: act (sampled, or the mode when ``greedy``), step
-    the envs, and mask what follows an episode's end. Returns ``(action, log_prob, next_obs,
-    env_state, reward, correct, still_alive, info)``; ``reward``/``correct`` are zero/false where
-    the episode had already ended."""
-    num_envs = alive.shape[0]
-    action_key, env_key = jax.random.split(key)
+def alive_step(env, env_params, spec: EnvSpec, dist: Distribution, action_key: jax.Array,
+               env_key: jax.Array, env_state, alive: jnp.ndarray, dist_params, greedy: bool,
+               clip_actions: bool):
+    """One step of ``N`` episodes played to their end (group rollouts, evaluation): act (sampled
+    with ``action_key``, or the mode when ``greedy``), step the envs (one key each, split from
+    ``env_key``), and mask what follows an episode's end. Returns ``(action, next_obs, env_state,
+    reward [N], still_alive [N], info)``; ``reward`` is zero where the episode had already ended
+    (``alive [N]`` false), and an episode stays ended (the env's auto-reset only makes padding)."""
     action = dist.mode(dist_params) if greedy else dist.sample(action_key, dist_params)
-    log_prob = dist.log_prob(dist_params, action)
     next_obs, env_state, reward, terminated, truncated, info = envs.step_batch(
-        env, env_params, jax.random.split(env_key, num_envs), env_state,
+        env, env_params, jax.random.split(env_key, alive.shape[0]), env_state,
         envs.to_env_action(spec, action, clip_actions))
     reward = jnp.where(alive, reward.astype(jnp.float32), 0.0)
-    correct = jnp.logical_and(alive, info.get("correct", jnp.zeros_like(alive)))
     still_alive = jnp.logical_and(alive, jnp.logical_not(jnp.logical_or(terminated, truncated)))
+    return action, next_obs, env_state, reward, still_alive, info
+
+
+def _group_step(env, env_params, spec: EnvSpec, dist: Distribution, key: jax.Array, env_state,
+                alive: jnp.ndarray, dist_params, greedy: bool, clip_actions: bool):
+    """:func:`alive_step` of a group rollout, with the action's log-probability and ``correct``
+    (false where the episode had already ended). Returns ``(action, log_prob, next_obs, env_state,
+    reward, correct, still_alive, info)``."""
+    action_key, env_key = jax.random.split(key)
+    action, next_obs, env_state, reward, still_alive, info = alive_step(
+        env, env_params, spec, dist, action_key, env_key, env_state, alive, dist_params, greedy,
+        clip_actions)
+    log_prob = dist.log_prob(dist_params, action)
+    correct = jnp.logical_and(alive, info.get("correct", jnp.zeros_like(alive)))
     return action, log_prob, next_obs, env_state, reward, correct, still_alive, info
 
 

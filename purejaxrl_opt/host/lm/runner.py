@@ -136,7 +136,7 @@ def parse_settings(cfg) -> LMSettings:
     # a language-model run resumes from its newest checkpoint only
     _check(raw.get("resume_step") is None, "resume_step", raw.get("resume_step"),
            "null on a language-model run (it resumes from its newest checkpoint)")
-    if resume is not None and not checkpoint_steps(resume):
+    if resume is not None and not checkpoint.tree_steps(resume):
         raise ConfigError(f"config key 'resume' = {resume!r}: no checkpoint in {Path(resume) / 'checkpoints'}")
     return dataclasses.replace(
         settings, progress=parse_section(ProgressConfig, raw.get("progress"), "progress"),
@@ -172,21 +172,13 @@ def load_model(model: ModelConfig):
 
 
 # --------------------------------------------------------------------------- checkpoints
-def checkpoint_steps(run_dir) -> list[int]:
-    directory = Path(run_dir) / checkpoint.DIRNAME
-    if not directory.is_dir():
-        return []
-    return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit() and (p / "0").is_dir())
-
-
 def save_checkpoint(run_dir: Path, state, update: int, settings: LMSettings, rows: list, evaluations: list,
                     keep: int | None) -> None:
-    directory = Path(run_dir) / checkpoint.DIRNAME / str(update)
-    checkpoint.save_tree(directory, state, {"update": update, "fingerprint": {"config": settings.fingerprint()},
-                                            "rows": rows, "evaluations": evaluations})
+    checkpoint.save_tree(checkpoint.checkpoint_dir(run_dir) / str(update), state,
+                         {"update": update, "fingerprint": {"config": settings.fingerprint()},
+                          "rows": rows, "evaluations": evaluations})
     if keep is not None:
-        for old in checkpoint_steps(run_dir)[:-keep]:
-            shutil.rmtree(Path(run_dir) / checkpoint.DIRNAME / str(old), ignore_errors=True)
+        checkpoint.remove_steps(run_dir, checkpoint.tree_steps(run_dir)[:-keep])
 
 
 def restore_checkpoint(run_dir: Path, template, settings: LMSettings):
@@ -194,15 +186,9 @@ def restore_checkpoint(run_dir: Path, template, settings: LMSettings):
     differing keys when it was written by another configuration."""
     import jax
 
-    update = checkpoint_steps(run_dir)[-1]
-    directory = Path(run_dir) / checkpoint.DIRNAME / str(update)
-    saved = checkpoint.read_tree_manifest(directory)
-    differing = checkpoint.mismatches({"config": saved["fingerprint"].get("config", {})},
-                                      {"config": settings.fingerprint()})
-    if differing:
-        raise checkpoint.CheckpointError(f"checkpoint {directory} was written by another configuration: "
-                                         + "; ".join(differing[:6]))
-    host, manifest = checkpoint.restore_tree(directory, template)
+    update = checkpoint.tree_steps(run_dir)[-1]
+    host, manifest = checkpoint.restore_tree(checkpoint.checkpoint_dir(run_dir) / str(update), template,
+                                             config=settings.fingerprint())
     return jax.device_put(host), update, manifest["rows"], manifest["evaluations"]
 
 
@@ -356,7 +342,7 @@ def execute(settings: LMSettings, out_dir) -> dict:
     from purejaxrl_opt.host.parallel import to_host
 
     out_dir = Path(settings.resume or out_dir)
-    if settings.resume is None and checkpoint_steps(out_dir):
+    if settings.resume is None and checkpoint.tree_steps(out_dir):
         raise checkpoint.CheckpointError(f"{out_dir / checkpoint.DIRNAME} already holds checkpoints; continue "
                                          f"that run with resume={out_dir} or choose another run dir")
     run = build(settings)
@@ -481,7 +467,7 @@ def main(cfg, out_dir) -> float:
     try:
         with rundir.lock(target):
             if settings.resume is None:
-                if checkpoint_steps(Path(target)):  # refused by execute: keep that run's record
+                if checkpoint.tree_steps(Path(target)):  # refused by execute: keep that run's record
                     raise checkpoint.CheckpointError(
                         f"{Path(target) / checkpoint.DIRNAME} already holds checkpoints; continue that "
                         f"run with resume={target} or choose another run dir (nothing was overwritten)")

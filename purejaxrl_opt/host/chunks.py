@@ -1,0 +1,79 @@
+"""The chunked driver: one compiled program advanced over traced bounds, in chunks.
+
+A chunked computation is a pair of pure functions, ``init(*args) -> carry`` and ``advance(carry,
+start, stop) -> carry`` (steps ``start .. stop-1``; the bounds are traced int32, so one compile serves
+every chunk length and the results are bitwise the same in one call or in many). RL training
+(:func:`purejaxrl_opt.host.runner.train_lanes`: updates of every lane) and supervised warm starts
+(:func:`purejaxrl_opt.host.sft.run_sft`: blocks of Adam steps) both run through :func:`run_chunks`:
+each chunk is dispatched before the previous one is read (progress) or saved (checkpoints), so the
+host never stalls the device.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def chunk_sizes(num_updates: int, num_chunks: int) -> list[int]:
+    num_chunks = max(1, min(num_chunks, num_updates))
+    base = math.ceil(num_updates / num_chunks)
+    sizes = [base] * (num_updates // base)
+    if num_updates % base:
+        sizes.append(num_updates % base)
+    return sizes
+
+
+def chunk_stops(num_updates: int, num_chunks: int, checkpoint_every: int = 0, start: int = 0,
+                doubling: bool = False) -> list[int]:
+    """Update counts after which a chunk ends: the ``num_chunks`` progress grid (:func:`chunk_sizes`),
+    every multiple of ``checkpoint_every``, and the end; only those after ``start``. ``doubling``
+    adds every power of two: with a budget of env steps (GRPO) ``num_updates`` is only a bound and
+    the run may end long before it, so progress is also reported at 1, 2, 4, ... updates."""
+    stops = set(np.cumsum(chunk_sizes(num_updates, num_chunks)).tolist())
+    if doubling and num_chunks > 1:
+        stops |= {1 << k for k in range(max(num_updates, 1).bit_length()) if 1 << k < num_updates}
+    if checkpoint_every > 0:
+        stops |= set(range(checkpoint_every, num_updates, checkpoint_every))
+    return sorted(s for s in stops | {num_updates} if s > start)
+
+
+def compile_chunked(init, advance, *args):
+    """``init`` and ``advance`` compiled ahead of time for ``init(*args)``'s carry:
+    ``(init, advance, carry shape)`` (the shape as ``jax.ShapeDtypeStruct`` leaves, nothing run)."""
+    init_compiled = jax.jit(init).lower(*args).compile()
+    shape = jax.eval_shape(init, *args)
+    advance_compiled = jax.jit(advance).lower(shape, jnp.int32(0), jnp.int32(1)).compile()
+    return init_compiled, advance_compiled, shape
+
+
+def run_chunks(advance, carry, stops, done: int = 0, after=None, finished=None,
+               start: float | None = None):
+    """``carry = advance(carry, done, stop)`` for every ``stop`` of ``stops`` (increasing, after
+    ``done``); returns ``(carry, seconds)``: from ``start`` (a ``time.perf_counter()``, default now)
+    through the last chunk's end.
+
+    ``after(carry, done, last)`` runs for every chunk once the *next* one is dispatched (reading
+    ``carry`` waits for that chunk only); the last chunk's (``last=True``) after the clock stops.
+    ``finished(carry) -> bool``, checked on each chunk ``after`` ran on (so only with ``after``): once
+    true, later chunks would change nothing; none is dispatched, and the one in flight is the last.
+    """
+    start = time.perf_counter() if start is None else start
+    pending = None  # (carry, done) of the previous chunk, handled after the next one is dispatched
+    for stop in stops:
+        carry, done = advance(carry, jnp.int32(done), jnp.int32(stop)), stop
+        if after is not None:
+            if pending is not None:
+                after(*pending, False)
+                if finished is not None and finished(pending[0]):
+                    break  # the chunk just dispatched changes nothing: it ends the run
+            pending = (carry, done)
+    carry = jax.block_until_ready(carry)
+    seconds = time.perf_counter() - start
+    if after is not None and pending is not None:
+        after(carry, done, True)
+    return carry, seconds
