@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 # (name, train.py overrides): small budgets, every algorithm, discrete + continuous + token envs,
-# periodic evaluation and an in-compile sweep
+# periodic evaluation and an in-compile sweep, a MinAtar env and one env of every library
 RUNS = {
     "ppo_cartpole": ["algo=ppo", "env=CartPole-v1", "total_timesteps=4096", "num_seeds=2", "eval_every=2",
                      "eval_episodes=4", "sweep.vmap={algo.lr: [2.5e-4, 1e-3]}"],
@@ -36,6 +36,21 @@ RUNS = {
     "grpo_addition": ["algo=grpo", "env=Addition-v0", "total_timesteps=512", "num_seeds=2", "eval_every=2",
                       "eval_episodes=16", "algo.num_groups=4", "algo.group_size=4", "algo.num_minibatches=2",
                       "network.d_model=32", "network.num_layers=1"],
+    # a MinAtar env (the conv torso of its tuned file) and one env of each library
+    "ppo_breakout": ["algo=ppo", "env=Breakout-MinAtar", "total_timesteps=2048", "num_seeds=1",
+                     "algo.num_envs=8", "algo.num_steps=32", "eval_episodes=2"],
+    "trpo_navix": ["algo=trpo", "env=navix/Navix-Empty-5x5-v0", "total_timesteps=1280", "num_seeds=1",
+                   "algo.num_steps=32", "eval_episodes=2"],
+    "grpo_xminigrid": ["algo=grpo", "env=xminigrid/MiniGrid-Empty-5x5", "total_timesteps=4000", "num_seeds=1",
+                       "algo.num_groups=2", "algo.group_size=4", "algo.num_minibatches=2", "algo.update_epochs=1",
+                       "eval_episodes=2"],
+    "ppo_jumanji": ["algo=ppo", "env=jumanji/Snake-v1", "total_timesteps=1280", "num_seeds=1", "algo.num_envs=8",
+                    "algo.num_steps=16", "eval_episodes=2"],
+    "ppo_craftax": ["algo=ppo", "env=craftax/Craftax-Classic-Symbolic-v1", "total_timesteps=640", "num_seeds=1",
+                    "algo.num_envs=8", "algo.num_steps=16", "algo.num_minibatches=2", "eval_episodes=2"],
+    "ppo_playground": ["algo=ppo", "env=playground/CartpoleBalance", "total_timesteps=1280", "num_seeds=1",
+                       "algo.num_envs=8", "algo.num_steps=32", "algo.num_minibatches=4", "algo.update_epochs=2",
+                       "eval_episodes=2", "+env.params.episode_length=100"],
 }
 NOT_RESULTS = {"commit", "compile_seconds", "run_seconds", "env_steps_per_second", "device", "host", "memory",
                "jax_version"}
