@@ -13,29 +13,13 @@ on) and a shared XLA compilation cache (so the later processes do not compile ag
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def cli_env(cache_dir: Path) -> dict:
-    """The test session's environment (conftest: its XLA cache and flags) for CLI subprocesses."""
-    env = dict(os.environ)
-    env.pop("WANDB_SERVICE", None)
-    env.setdefault("JAX_COMPILATION_CACHE_DIR", str(cache_dir))
-    env.update(JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1",
-               WANDB_MODE="offline")
-    return env
-
-
-def run_module(module: str, args: list[str], env: dict, timeout: int = 400) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+from tests.conftest import ROOT, cli, cli_environment
 
 
 def _checkpoints(run_dir: Path) -> list[int]:
@@ -51,10 +35,10 @@ def lifecycle(tmp: Path, overrides: list[str], *, gif: bool | str, every_updates
     caller's own assertions: ``{"summary", "evaluation", "gif", "evaluate_stderr", "run", "resumed"}``.
     ``gif``: True = this library renders (a GIF is asserted), False = it cannot (a refusal is asserted),
     ``"if-renderable"`` = it renders where OpenGL is found, else refuses naming that."""
-    env = cli_env(tmp / "xla_cache")
+    env = cli_environment(WANDB_MODE="offline")
     args = list(overrides) + ["progress.mode=off", "logger=none", f"checkpoint.every_updates={every_updates}"]
     run_dir = tmp / "run"
-    trained = run_module("purejaxrl_opt.train", args + [f"hydra.run.dir={run_dir}"], env, timeout)
+    trained = cli(args, f"hydra.run.dir={run_dir}", env=env, timeout=timeout)
     assert trained.returncode == 0, trained.stderr[-4000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (run_dir / "metrics.csv").stat().st_size > 0
@@ -66,14 +50,14 @@ def lifecycle(tmp: Path, overrides: list[str], *, gif: bool | str, every_updates
     episodes = str(summary["eval_episodes"])
     gif_path = tmp / "episode.gif"
     evaluate_args = [str(run_dir), "--episodes", episodes, "--no-wandb"]
-    evaluated = run_module("purejaxrl_opt.evaluate", evaluate_args + ["--gif", str(gif_path)], env, timeout)
+    evaluated = cli(evaluate_args, "--gif", str(gif_path), module="purejaxrl_opt.evaluate", env=env, timeout=timeout)
     if evaluated.returncode == 2 and gif is not True:
         # refused before anything compiled: the reason named, nothing half-written
         assert "--gif" in evaluated.stderr and "Traceback" not in evaluated.stderr, evaluated.stderr[-4000:]
         assert not gif_path.exists()
         out["evaluate_stderr"] = evaluated.stderr
         assert gif is False or "OpenGL" in evaluated.stderr or "MUJOCO_GL" in evaluated.stderr
-        evaluated = run_module("purejaxrl_opt.evaluate", evaluate_args, env, timeout)
+        evaluated = cli(evaluate_args, module="purejaxrl_opt.evaluate", env=env, timeout=timeout)
     elif gif is False:
         raise AssertionError(f"--gif was not refused: rc {evaluated.returncode}, {evaluated.stderr[-2000:]}")
     else:
@@ -102,8 +86,7 @@ def lifecycle(tmp: Path, overrides: list[str], *, gif: bool | str, every_updates
         "the run ended before it could be killed: " + (tmp / "killed.log").read_text()[-2000:])
     at_kill = _checkpoints(killed_dir)
     assert at_kill and at_kill[-1] < final and not (killed_dir / "summary.json").exists()
-    resumed = run_module("purejaxrl_opt.train", args + [f"resume={killed_dir}",
-                                                        f"hydra.run.dir={tmp / 'resume_invocation'}"], env, timeout)
+    resumed = cli(args, f"resume={killed_dir}", f"hydra.run.dir={tmp / 'resume_invocation'}", env=env, timeout=timeout)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     assert (killed_dir / "metrics.csv").read_bytes() == (run_dir / "metrics.csv").read_bytes()
     resumed_summary = json.loads((killed_dir / "summary.json").read_text())

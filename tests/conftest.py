@@ -7,7 +7,10 @@ import os
 # keep tests on CPU and deterministic even where an accelerator is present
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 # Tests build the same programs many times (a run and its chunked, resumed or swept twin, CLI runs of
 # one config): XLA's persistent cache, keyed by the program itself, compiles each once per test
@@ -35,16 +38,55 @@ from purejaxrl_opt.config.schema import EnvConfig, RunConfig  # noqa: E402
 from purejaxrl_opt.core.algos.ppo import PPOConfig  # noqa: E402
 
 
-def compose(*overrides: str):
-    """The training CLI's config (conf/config.yaml with ``overrides``) as Hydra composes it, unvalidated."""
-    from pathlib import Path
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
 
+
+def _flat(items) -> list[str]:
+    """Strings and lists of strings, in order, as one list."""
+    return [s for item in items for s in ([item] if isinstance(item, str) else item)]
+
+
+def compose_config(config_name: str, overrides, *, conf: Path = CONF, return_hydra_config: bool = False):
+    """``conf/<config_name>.yaml`` with ``overrides`` as the CLI's Hydra composes it, unvalidated;
+    ``return_hydra_config`` keeps the ``hydra`` section (launchers, sweepers)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    conf = Path(__file__).resolve().parents[1] / "conf"
     with initialize_config_dir(config_dir=str(conf), version_base=None):
-        return hydra_compose(config_name="config", overrides=list(overrides))
+        return hydra_compose(config_name=config_name, overrides=list(overrides),
+                             return_hydra_config=return_hydra_config)
+
+
+def compose(*overrides, config_name: str = "config", conf: Path = CONF, return_hydra_config: bool = False):
+    """The training CLI's config (conf/config.yaml with ``overrides``, each a string or a list of
+    strings) as Hydra composes it, unvalidated."""
+    return compose_config(config_name, _flat(overrides), conf=conf, return_hydra_config=return_hydra_config)
+
+
+def cli_environment(**extra: str) -> dict:
+    """This session's environment (JAX on CPU, the XLA cache and flags set above) for a CLI subprocess,
+    so that it compiles the programs of this process and finds them in the cache; plus ``extra``."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **extra)
+    # W&B runs made in a test process export their service's address: a CLI run that inherited it
+    # would attach to that service, which keeps a killed child's run "in use"
+    env.pop("WANDB_SERVICE", None)
+    return env
+
+
+@pytest.fixture(scope="session")
+def cli_env() -> dict:
+    """:func:`cli_environment` with W&B offline (a CLI run that logs to W&B never reaches a server)."""
+    return cli_environment(WANDB_MODE="offline")
+
+
+def cli(*args, module: str = "purejaxrl_opt.train", env: dict | None = None, timeout: int = 300,
+        preexec_fn=None) -> subprocess.CompletedProcess:
+    """``python -m <module> <args>`` (each a string or a list of strings) from the repository root in
+    ``env`` (default :func:`cli_environment`), its output captured."""
+    return subprocess.run([sys.executable, "-m", module, *_flat(args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, preexec_fn=preexec_fn,
+                          env=cli_environment() if env is None else env)
 
 
 def small_run(algo=None, env_id="CartPole-v1", **run_kwargs) -> RunConfig:
@@ -56,8 +98,6 @@ def small_run(algo=None, env_id="CartPole-v1", **run_kwargs) -> RunConfig:
 @pytest.fixture(scope="session")
 def cartpole_ppo_result():
     """PPO on CartPole, 2 seeds x 60k steps, trained through the runner (chunked, as the CLI does)."""
-    import tempfile
-
     from purejaxrl_opt.host import runner
 
     run = small_run(num_seeds=2, total_timesteps=60_000, eval_episodes=8)

@@ -4,9 +4,8 @@ the CLI's own composition, reuse of finished entries), the shipped suites' valid
 from __future__ import annotations
 
 import csv
+import functools
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,13 +18,10 @@ from purejaxrl_opt import benchmark
 from purejaxrl_opt.host import suites
 from purejaxrl_opt.host import stats
 from purejaxrl_opt.config.schema import ConfigError
+from tests.conftest import cli
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def bench_cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "purejaxrl_opt.benchmark", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+bench_cli = functools.partial(cli, module="purejaxrl_opt.benchmark", timeout=600)
 
 
 @pytest.fixture(scope="module")

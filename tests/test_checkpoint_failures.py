@@ -29,6 +29,8 @@ import yaml
 import purejaxrl_opt.train  # noqa: F401 - XLA flags of the CLI, set before JAX starts
 from purejaxrl_opt.formats import checkpoint
 from purejaxrl_opt.host import rundir
+from tests import conftest
+from tests.conftest import cli_environment as cli_env, compose
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ["env=CartPole-v1", "algo=ppo", "num_seeds=1", "total_timesteps=4096", "eval_episodes=2",
@@ -36,16 +38,10 @@ RUN = ["env=CartPole-v1", "algo=ppo", "num_seeds=1", "total_timesteps=4096", "ev
 EVERY = ["checkpoint.every_updates=2"]  # 8 updates: checkpoints 2, 4, 6, 8
 
 
-def cli_env() -> dict:
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
-    env.pop("WANDB_SERVICE", None)
-    return env
-
-
 def cli(args: list[str], preexec_fn=None, timeout: int = 300) -> tuple[subprocess.CompletedProcess, float]:
+    """The training CLI's process on ``args`` and its wall time in seconds."""
     start = time.time()
-    done = subprocess.run([sys.executable, "-m", "purejaxrl_opt.train", *args], env=cli_env(), cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout, preexec_fn=preexec_fn)
+    done = conftest.cli(args, preexec_fn=preexec_fn, timeout=timeout)
     return done, time.time() - start
 
 
@@ -269,13 +265,6 @@ def test_refusals_write_nothing(tmp_path):
     one_error_line(done, f"purejaxrl_opt: cannot create the run directory {locked / 'run'}: "
                          "Permission denied")
     assert list(locked.iterdir()) == []
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose, initialize_config_dir
-
-    with initialize_config_dir(str(ROOT / "conf"), version_base=None):
-        return hydra_compose("config", overrides=overrides)
 
 
 def test_resume_from_an_older_checkpoint_when_the_newest_is_corrupt(finished, tmp_path, capsys):

@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from purejaxrl_opt.config.schema import ConfigError, EnvConfig, RunConfig, from_dictconfig
 from purejaxrl_opt.core.algos.ppo import PPOConfig
-from tests.conftest import compose
+from tests.conftest import cli, compose
 from tests import cli_lifecycle
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "purejaxrl_opt.train", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 # A CLI run's artifacts (summary.json, metrics.csv, the resolved config, the console lines) are checked

@@ -26,6 +26,7 @@ from gymnax.environments import spaces
 from purejaxrl_opt import envs
 from purejaxrl_opt.envs import registry
 from purejaxrl_opt.config.errors import ConfigError
+from tests.conftest import compose
 
 ROOT = Path(__file__).resolve().parents[1]
 LANES = 2
@@ -440,10 +441,7 @@ def conf_with_a_library_env(tmp_path_factory):
 
 
 def _compose(conf: Path, overrides: list[str]):
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(conf), version_base=None):
-        return compose(config_name="config", overrides=overrides)
+    return compose(overrides, conf=conf)
 
 
 def test_env_library_id_is_a_config_group_with_its_tuned_file(conf_with_a_library_env):

@@ -9,6 +9,7 @@ lines (module-scoped: built once a file). Parity with transformers itself is tes
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from purejaxrl_opt.host.lm import load, pad_batch  # noqa: E402
 from purejaxrl_opt.host.lm.gguf_file import permute_rows, unpermute_rows  # noqa: E402
 from purejaxrl_opt.core.models import causal_lm  # noqa: E402
 from purejaxrl_opt.core.models.sampling import SamplingConfig, generate, sample_token, score  # noqa: E402
+from tests.conftest import compose  # noqa: E402
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] "
@@ -550,11 +552,7 @@ def test_a_model_without_a_chat_template_says_so(tmp_path, models):
 
 
 # --------------------------------------------------------------------------- CLI
-def _compose_generate(*overrides: str):
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "conf"), version_base=None):
-        return compose(config_name="generate", overrides=list(overrides))
+_compose_generate = functools.partial(compose, config_name="generate")
 
 
 @pytest.mark.parametrize("overrides, fragment", [

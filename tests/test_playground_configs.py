@@ -6,23 +6,15 @@ from __future__ import annotations
 
 import json
 
-from pathlib import Path
-
 import pytest
 from omegaconf import OmegaConf
 
 pytest.importorskip("mujoco_playground")
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT, compose as _compose  # noqa: E402
+
 TASKS = ("CartpoleBalance", "PendulumSwingup", "AcrobotSwingup")
 ALGOS = ("ppo", "trpo", "grpo")
-
-
-def _compose(overrides: list[str]):
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-        return compose(config_name="config", overrides=overrides)
 
 
 def _leaves(tree, prefix=""):

@@ -138,16 +138,7 @@ def test_sft_in_blocks_is_bitwise_one_call():
 
 
 # ------------------------------------------------------------------------------- the command lines
-@pytest.fixture(scope="module")
-def cli_env(tmp_path_factory):
-    env = dict(os.environ)
-    env.pop("WANDB_SERVICE", None)
-    env.update(JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1",
-               JAX_COMPILATION_CACHE_DIR=str(tmp_path_factory.mktemp("xla_cache")),
-               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
-    return env
-
-
+# (cli_env: tests/conftest.py)
 @pytest.mark.slow
 def test_training_cli_on_a_terminal_and_in_a_pipe(cli_env, tmp_path):
     args = [sys.executable, "-m", "purejaxrl_opt.train", "env=CartPole-v1", "algo=ppo", "num_seeds=2",

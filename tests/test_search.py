@@ -5,9 +5,8 @@ checks before launching, the objective, and a search end to end through the CLI,
 from __future__ import annotations
 
 import csv
+import functools
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +18,8 @@ pytest.importorskip("optuna")
 
 from purejaxrl_opt.host import search, stats, sweep  # noqa: E402
 from purejaxrl_opt.config.schema import algo_config, ConfigError  # noqa: E402
+from tests import conftest  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 # CartPole, 2 seeds, 8 updates of 4 envs x 128 steps: a compile and a few seconds per job
 TINY = ["env=CartPole-v1", "algo=ppo", "num_seeds=2", "total_timesteps=4096", "eval_episodes=4",
         "logger=none", "progress.mode=off", "checkpoint.final=false"]
@@ -28,16 +27,8 @@ SEARCH = ["hydra/sweeper=optuna", "hydra/sweeper/sampler=random", "hydra.sweeper
           "hydra.sweeper.n_trials=3"]
 
 
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose, initialize_config_dir
-
-    with initialize_config_dir(str(ROOT / "conf"), version_base=None):
-        return hydra_compose("config", overrides=overrides, return_hydra_config=True)
-
-
-def cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "purejaxrl_opt.train", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+compose = functools.partial(conftest.compose, return_hydra_config=True)  # with the sweeper's section
+cli = functools.partial(conftest.cli, timeout=600)  # a search of several jobs
 
 
 def space(cfg, algo: str) -> dict:

@@ -8,9 +8,6 @@ import csv
 import itertools
 import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -20,8 +17,7 @@ import pytest
 from purejaxrl_opt.envs import tasks, tokens as te
 from purejaxrl_opt.config.errors import ConfigError
 from purejaxrl_opt.core.stages.evaluation import pass_at_k
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import cli
 
 
 def _sample(answer: str, limit: int) -> tasks.Sample:
@@ -229,8 +225,7 @@ def test_bad_task_definitions_fail_before_compiling(env_id, options, fragments):
 
 
 def _cli(module, *overrides, timeout=600):
-    return subprocess.run([sys.executable, "-m", f"purejaxrl_opt.{module}", *overrides], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+    return cli(*overrides, module=f"purejaxrl_opt.{module}", timeout=timeout)
 
 
 def test_cli_refuses_a_bad_task_before_compiling(tmp_path):

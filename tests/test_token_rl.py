@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -28,10 +27,10 @@ from purejaxrl_opt.core.algos.trpo import TRPOConfig
 from purejaxrl_opt.core.models.distributions import Categorical
 from purejaxrl_opt.core.models.policies import episode_tokens, make_policy
 from purejaxrl_opt.core.algos.base import host_metrics
+from tests.conftest import compose_config as compose
 
 NET = NetworkConfig(kind="transformer", d_model=32, num_layers=1, num_heads=2, mlp_ratio=2)
 ONE_DIGIT = {"min_digits": 1, "max_digits": 1}
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def token_run(algo, env_params=None, **kwargs) -> RunConfig:
@@ -291,13 +290,6 @@ def test_init_from_refuses_other_architectures_vocabularies_and_buffers(sft_run,
     with pytest.raises(ConfigError, match="init_from"):
         make_algorithm(RunConfig(algo=GRPOConfig(), env=EnvConfig(id="CartPole-v1"),
                                  init_from=str(out)))
-
-
-def compose(config_name: str, overrides: list[str]):
-    from hydra import compose as hydra_compose, initialize_config_dir
-
-    with initialize_config_dir(str(ROOT / "conf"), version_base=None):
-        return hydra_compose(config_name, overrides=overrides)
 
 
 @pytest.mark.parametrize("module, overrides, message", [

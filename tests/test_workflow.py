@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -27,33 +26,10 @@ from purejaxrl_opt.host import report, sweep
 from purejaxrl_opt import evaluate
 from purejaxrl_opt.formats.checkpoint import CheckpointError
 from purejaxrl_opt.config.schema import ConfigError, from_dictconfig
+from tests.conftest import cli, compose
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["env=CartPole-v1", "algo=ppo", "num_seeds=2", "total_timesteps=4096", "eval_episodes=4"]
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose, initialize_config_dir
-
-    with initialize_config_dir(str(ROOT / "conf"), version_base=None):
-        return hydra_compose("config", overrides=overrides)
-
-
-@pytest.fixture(scope="module")
-def cli_env(tmp_path_factory):
-    env = dict(os.environ)
-    # W&B runs made in this process (the sweep fixture) export their service's address: a CLI run
-    # that inherited it would attach to that service, which keeps a killed child's run "in use"
-    env.pop("WANDB_SERVICE", None)
-    env.update(JAX_COMPILATION_CACHE_DIR=str(tmp_path_factory.mktemp("xla_cache")),
-               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PLATFORMS="cpu",
-               WANDB_MODE="offline", PYTHONUNBUFFERED="1")
-    return env
-
-
-def cli(args: list[str], env: dict, module: str = "purejaxrl_opt.train", timeout: int = 300):
-    return subprocess.run([sys.executable, "-m", module, *args], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 # =====================================================================================================
@@ -399,7 +375,7 @@ KILL = ["env=CartPole-v1", "algo=ppo", "num_seeds=2", "total_timesteps=51200", "
 def killed_and_resumed(tmp_path_factory, cli_env):
     """(uninterrupted run dir, killed-then-resumed run dir, killed run's console output)."""
     base = tmp_path_factory.mktemp("kill")
-    reference = cli(KILL + ["progress.mode=off", f"hydra.run.dir={base / 'reference'}"], cli_env)
+    reference = cli(KILL + ["progress.mode=off", f"hydra.run.dir={base / 'reference'}"], env=cli_env)
     assert reference.returncode == 0, reference.stderr[-3000:]
     (base / "reference.log").write_text(reference.stdout)
 
@@ -433,7 +409,7 @@ def killed_and_resumed(tmp_path_factory, cli_env):
     steps_at_kill = checkpoint.available_steps(run_dir)
     assert steps_at_kill and steps_at_kill[-1] < 100
 
-    resumed = cli(args + [f"resume={run_dir}", f"hydra.run.dir={base / 'resume_invocation'}"], cli_env)
+    resumed = cli(args + [f"resume={run_dir}", f"hydra.run.dir={base / 'resume_invocation'}"], env=cli_env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     return base / "reference", run_dir, steps_at_kill, resumed.stdout, logged_at_kill
 
@@ -524,14 +500,14 @@ def test_wandb_rows_survive_the_kill_and_the_resume_continues_the_same_run(kille
 def test_evaluate_cli_reproduces_the_final_returns(killed_and_resumed, cli_env, tmp_path):
     reference, *_ = killed_and_resumed
     out = tmp_path / "returns.json"
-    done = cli([str(reference), "--out", str(out)], cli_env, module="purejaxrl_opt.evaluate")
+    done = cli([str(reference), "--out", str(out)], module="purejaxrl_opt.evaluate", env=cli_env)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     summary = json.loads((reference / "summary.json").read_text())
     assert result["checkpoint_update"] == 100 and result["episodes"] == 4
     assert [lane["mean"] for lane in result["lanes"]] == summary["final_return_per_seed"]
     assert all(len(lane["returns"]) == 4 for lane in result["lanes"])
-    missing = cli([str(tmp_path)], cli_env, module="purejaxrl_opt.evaluate")
+    missing = cli([str(tmp_path)], module="purejaxrl_opt.evaluate", env=cli_env)
     assert missing.returncode == 2 and "no checkpoint in" in missing.stderr
 
 
@@ -656,7 +632,7 @@ def test_wandb_online_without_credentials(no_compile, tmp_path, monkeypatch):
 
 
 def test_unknown_launcher_is_a_clear_error(cli_env, tmp_path):
-    done = cli(["-m", "hydra/launcher=nope", "seed=0,1", f"hydra.sweep.dir={tmp_path}"], cli_env)
+    done = cli(["-m", "hydra/launcher=nope", "seed=0,1", f"hydra.sweep.dir={tmp_path}"], env=cli_env)
     assert done.returncode != 0
     assert "Could not find 'hydra/launcher/nope'" in done.stderr and "parallel" in done.stderr
     assert not list(tmp_path.rglob("summary.json"))
@@ -685,7 +661,7 @@ def test_shipped_launcher_configs_compose(launcher, target):
 @pytest.fixture(scope="module")
 def basic_multirun(tmp_path_factory, cli_env):
     sweep_dir = tmp_path_factory.mktemp("multirun")
-    done = cli(["-m", *MULTI, f"hydra.sweep.dir={sweep_dir}"], cli_env)
+    done = cli(["-m", *MULTI, f"hydra.sweep.dir={sweep_dir}"], env=cli_env)
     assert done.returncode == 0, done.stderr[-3000:]
     return sweep_dir
 
@@ -726,7 +702,7 @@ def test_report_pools_the_seeds_of_a_sweep(basic_multirun, sweep_run, tmp_path):
 @pytest.mark.slow  # the basic launcher above checks the multirun path in the fast tier
 def test_multirun_submitit_local_launcher(cli_env, tmp_path):
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="hydra-submitit-launcher not installed")
-    done = cli(["-m", "hydra/launcher=local", *MULTI, f"hydra.sweep.dir={tmp_path}"], cli_env)
+    done = cli(["-m", "hydra/launcher=local", *MULTI, f"hydra.sweep.dir={tmp_path}"], env=cli_env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(p.parent.name for p in tmp_path.rglob("summary.json")) == [
         "0_ppo_CartPole-v1_s0", "1_ppo_CartPole-v1_s1"]
