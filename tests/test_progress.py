@@ -1,7 +1,8 @@
 """Progress bars (purejaxrl_opt/host/progress.py and the console sink): on a real pseudo-terminal a job
 prints a bar with the steps done of the total, the rate and the time left; to a pipe it prints no bar
 at all. The fast tests drive the bars from a tiny child process (no JAX compile); the slow ones run
-the training and SFT command lines on a pseudo-terminal.
+the training and SFT command lines on a pseudo-terminal. The chunks a run is trained in end on every
+checkpoint and resume point; the console sink's bar and lines are fed a run's metrics directly.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import termios
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,3 +162,42 @@ def test_sft_cli_on_a_terminal_and_in_a_pipe(cli_env, tmp_path):
                      r"\d+(\.\d+)? steps/s, loss \d\.\d{4}\]", out), out
     piped = run_in_pipe(args + [f"hydra.run.dir={tmp_path / 'pipe'}"], cli_env, timeout=600)
     assert "\r" not in piped and "steps/s" not in piped and "held-out greedy accuracy" in piped
+
+
+# ------------------------------------------------------------------------------- chunks and the console sink
+def test_chunks_end_on_every_checkpoint_and_resume_point():
+    from purejaxrl_opt.host.runner import chunk_sizes, chunk_stops
+
+    assert chunk_stops(39, 1) == [39]
+    assert chunk_stops(39, 10) == list(np.cumsum(chunk_sizes(39, 10)))
+    stops = chunk_stops(39, 4, checkpoint_every=5)
+    assert {5, 10, 15, 20, 25, 30, 35, 39} <= set(stops) and {10, 20, 30} <= set(stops)
+    assert chunk_stops(39, 4, checkpoint_every=5, start=25) == [s for s in stops if s > 25]
+    assert chunk_stops(39, 4, start=39) == []
+
+
+def test_console_progress_bar_and_lines():
+    import io
+
+    from purejaxrl_opt.host.loggers import Console
+
+    metrics = {"env_steps": np.array([[512.0, 1024, np.nan, np.nan]] * 2),
+               "return_mean": np.array([[10.0, 20.0, np.nan, np.nan]] * 2)}
+
+    class TTY(io.StringIO):
+        def isatty(self):
+            return True
+
+    bar, lines = TTY(), io.StringIO()
+    Console("auto", bar).progress(metrics, 2, 4, 0.5)
+    Console("auto", lines, line_every_seconds=0).progress(metrics, 2, 4, 0.5)
+    quiet = io.StringIO()  # a short run prints no progress lines at all
+    Console("auto", quiet).progress(metrics, 2, 4, 0.5)
+    assert quiet.getvalue() == ""
+    # the bar (tqdm): env steps of every lane done of the total, then the update and the return
+    assert bar.getvalue().startswith("\r") and "50%" in bar.getvalue()
+    assert "2.05k/4.10k env steps" in bar.getvalue() and "update 2/4, return 15.00" in bar.getvalue()
+    assert lines.getvalue().startswith("[purejaxrl_opt] update 2/4  return 15.00  4,096 steps/s  eta 0s")
+    resumed = io.StringIO()  # a resumed run's rate counts only this process's steps
+    Console("lines", resumed, line_every_seconds=0).progress(metrics, 2, 4, 0.5, start_update=1)
+    assert "2,048 steps/s" in resumed.getvalue()

@@ -82,44 +82,6 @@ def test_bad_sweeps_are_refused(base_run, section, message):
         sweep.plan_from_config(section, base_run)
 
 
-def test_chunks_end_on_every_checkpoint_and_resume_point():
-    from purejaxrl_opt.host.runner import chunk_sizes, chunk_stops
-
-    assert chunk_stops(39, 1) == [39]
-    assert chunk_stops(39, 10) == list(np.cumsum(chunk_sizes(39, 10)))
-    stops = chunk_stops(39, 4, checkpoint_every=5)
-    assert {5, 10, 15, 20, 25, 30, 35, 39} <= set(stops) and {10, 20, 30} <= set(stops)
-    assert chunk_stops(39, 4, checkpoint_every=5, start=25) == [s for s in stops if s > 25]
-    assert chunk_stops(39, 4, start=39) == []
-
-
-def test_console_progress_bar_and_lines():
-    import io
-
-    from purejaxrl_opt.host.loggers import Console
-
-    metrics = {"env_steps": np.array([[512.0, 1024, np.nan, np.nan]] * 2),
-               "return_mean": np.array([[10.0, 20.0, np.nan, np.nan]] * 2)}
-
-    class TTY(io.StringIO):
-        def isatty(self):
-            return True
-
-    bar, lines = TTY(), io.StringIO()
-    Console("auto", bar).progress(metrics, 2, 4, 0.5)
-    Console("auto", lines, line_every_seconds=0).progress(metrics, 2, 4, 0.5)
-    quiet = io.StringIO()  # a short run prints no progress lines at all
-    Console("auto", quiet).progress(metrics, 2, 4, 0.5)
-    assert quiet.getvalue() == ""
-    # the bar (tqdm): env steps of every lane done of the total, then the update and the return
-    assert bar.getvalue().startswith("\r") and "50%" in bar.getvalue()
-    assert "2.05k/4.10k env steps" in bar.getvalue() and "update 2/4, return 15.00" in bar.getvalue()
-    assert lines.getvalue().startswith("[purejaxrl_opt] update 2/4  return 15.00  4,096 steps/s  eta 0s")
-    resumed = io.StringIO()  # a resumed run's rate counts only this process's steps
-    Console("lines", resumed, line_every_seconds=0).progress(metrics, 2, 4, 0.5, start_update=1)
-    assert "2,048 steps/s" in resumed.getvalue()
-
-
 # =====================================================================================================
 # one in-process in-compile sweep, logged to W&B offline (shared by the tests below)
 # =====================================================================================================
