@@ -40,6 +40,8 @@ from purejaxrl_opt.core.algos.ppo import PPOConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
+# the CLI's config of a tiny run: PPO on CartPole, 2 seeds, 8 updates (a compile and a few seconds)
+TINY = ["env=CartPole-v1", "algo=ppo", "num_seeds=2", "total_timesteps=4096", "eval_episodes=4"]
 
 
 def _flat(items) -> list[str]:
@@ -87,6 +89,17 @@ def cli(*args, module: str = "purejaxrl_opt.train", env: dict | None = None, tim
     return subprocess.run([sys.executable, "-m", module, *_flat(args)], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout, preexec_fn=preexec_fn,
                           env=cli_environment() if env is None else env)
+
+
+@pytest.fixture()
+def no_compile(monkeypatch):
+    """Any compile of the runner fails the test: bad input must be refused before it."""
+    from purejaxrl_opt.host import runner
+
+    def _refuse(*args, **kwargs):
+        raise AssertionError("compiled despite bad input")
+
+    monkeypatch.setattr(runner, "Compiled", _refuse)
 
 
 def small_run(algo=None, env_id="CartPole-v1", **run_kwargs) -> RunConfig:

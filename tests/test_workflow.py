@@ -26,10 +26,9 @@ from purejaxrl_opt.host import report, sweep
 from purejaxrl_opt import evaluate
 from purejaxrl_opt.formats.checkpoint import CheckpointError
 from purejaxrl_opt.config.schema import ConfigError, from_dictconfig
-from tests.conftest import cli, compose
+from tests.conftest import TINY, cli, compose
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["env=CartPole-v1", "algo=ppo", "num_seeds=2", "total_timesteps=4096", "eval_episodes=4"]
 
 
 # =====================================================================================================
@@ -539,16 +538,6 @@ def test_unfinished_checkpoints_are_invisible(tmp_path):
 # =====================================================================================================
 # bad input: a clear error before anything is compiled
 # =====================================================================================================
-@pytest.fixture()
-def no_compile(monkeypatch):
-    from purejaxrl_opt.host import runner
-
-    def _refuse(*args, **kwargs):
-        raise AssertionError("compiled despite bad input")
-
-    monkeypatch.setattr(runner, "Compiled", _refuse)
-
-
 @pytest.mark.parametrize("overrides, error, message", [
     (["sweep.vmap={}"], ConfigError, "'sweep.vmap' is empty"),
     (["sweep.vmap={algo.bogus: [1, 2]}"], ConfigError, "'algo.bogus' does not exist"),
