@@ -6,12 +6,12 @@ import pytest
 
 from purejaxrl_opt.config.schema import ConfigError, EnvConfig, RunConfig, from_dictconfig
 from purejaxrl_opt.core.algos.ppo import PPOConfig
-from tests.conftest import cli, compose
+from tests.conftest import TINY, cli, compose
 from tests import cli_lifecycle
 
 
 # A CLI run's artifacts (summary.json, metrics.csv, the resolved config, the console lines) are checked
-# on the uninterrupted CLI run of tests/test_workflow.py (test_a_cli_run_writes_its_artifacts).
+# on the uninterrupted CLI run of tests/test_kill_and_resume.py (test_a_cli_run_writes_its_artifacts).
 
 
 @pytest.mark.parametrize("override, fragment", [
@@ -78,6 +78,30 @@ def test_whole_numbers_in_float_notation_are_ints_and_fractions_are_refused():
     assert run.algo.num_envs == 4 and isinstance(run.algo.num_envs, int)
     with pytest.raises(ConfigError, match=r"'total_timesteps' = 100000.5 .*an int"):
         from_dictconfig(compose("total_timesteps=100000.5"))
+
+
+@pytest.mark.parametrize("overrides, error, message", [
+    (["sweep.vmap={}"], ConfigError, "'sweep.vmap' is empty"),
+    (["sweep.vmap={algo.bogus: [1, 2]}"], ConfigError, "'algo.bogus' does not exist"),
+    (["sweep.vmap={algo.num_envs: [2, 4]}"], ConfigError, "Hydra multirun"),
+    (["resume=/nonexistent/run"], ConfigError, "must be an existing run directory"),
+    (["checkpoint.every_updates=-1"], ConfigError, "'checkpoint.every_updates'"),
+    (["progress.mode=loud"], ConfigError, "'progress.mode'"),
+    (["logger=wandb", "+logger.colour=red"], ConfigError, "unknown config key 'logger.colour'"),
+])
+def test_bad_input_fails_before_compiling(no_compile, tmp_path, overrides, error, message):
+    from purejaxrl_opt.train import run_from_config
+
+    with pytest.raises(error, match=message.replace("(", r"\(")):
+        run_from_config(compose(TINY + overrides), str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_unknown_launcher_is_a_clear_error(cli_env, tmp_path):
+    done = cli(["-m", "hydra/launcher=nope", "seed=0,1", f"hydra.sweep.dir={tmp_path}"], env=cli_env)
+    assert done.returncode != 0
+    assert "Could not find 'hydra/launcher/nope'" in done.stderr and "parallel" in done.stderr
+    assert not list(tmp_path.rglob("summary.json"))
 
 
 @pytest.mark.parametrize("algo", cli_lifecycle.matrix_params("gymnax"))

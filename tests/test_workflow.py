@@ -238,33 +238,6 @@ def test_evaluate_gif_goes_to_the_same_wandb_run(sweep_run, tmp_path, monkeypatc
 
 
 # =====================================================================================================
-# bad input: a clear error before anything is compiled
-# =====================================================================================================
-@pytest.mark.parametrize("overrides, error, message", [
-    (["sweep.vmap={}"], ConfigError, "'sweep.vmap' is empty"),
-    (["sweep.vmap={algo.bogus: [1, 2]}"], ConfigError, "'algo.bogus' does not exist"),
-    (["sweep.vmap={algo.num_envs: [2, 4]}"], ConfigError, "Hydra multirun"),
-    (["resume=/nonexistent/run"], ConfigError, "must be an existing run directory"),
-    (["checkpoint.every_updates=-1"], ConfigError, "'checkpoint.every_updates'"),
-    (["progress.mode=loud"], ConfigError, "'progress.mode'"),
-    (["logger=wandb", "+logger.colour=red"], ConfigError, "unknown config key 'logger.colour'"),
-])
-def test_bad_input_fails_before_compiling(no_compile, tmp_path, overrides, error, message):
-    from purejaxrl_opt.train import run_from_config
-
-    with pytest.raises(error, match=message.replace("(", r"\(")):
-        run_from_config(compose(TINY + overrides), str(tmp_path / "run"))
-    assert not (tmp_path / "run").exists()
-
-
-def test_unknown_launcher_is_a_clear_error(cli_env, tmp_path):
-    done = cli(["-m", "hydra/launcher=nope", "seed=0,1", f"hydra.sweep.dir={tmp_path}"], env=cli_env)
-    assert done.returncode != 0
-    assert "Could not find 'hydra/launcher/nope'" in done.stderr and "parallel" in done.stderr
-    assert not list(tmp_path.rglob("summary.json"))
-
-
-# =====================================================================================================
 # Hydra multirun (basic launcher, submitit_local) and the report over a sweep dir
 # =====================================================================================================
 MULTI = ["env=CartPole-v1", "algo=ppo", "num_seeds=1", "total_timesteps=2048", "eval_episodes=2",
