@@ -137,7 +137,7 @@ MATRIX: dict[str, dict] = {
 }
 # The fast tier (the README's test command, which must stay under ~8 minutes on 2 cores): each algorithm
 # once through the whole life, on the cheaper libraries; kill + resume on TRPO (CartPole PPO's is
-# tests/test_workflow.py's). Everything else, Playground and Craftax (minutes of compile on 2 cores)
+# tests/test_kill_and_resume.py's). Everything else, Playground and Craftax (minutes of compile on 2 cores)
 # included, is the slow tier; their specific paths (zero-size checkpoint leaves, host rendering, Craftax's
 # textures) have fast in-process tests in their own files.
 FAST: dict[tuple[str, str], bool] = {("gymnax", "trpo"): True, ("navix", "grpo"): False, ("jumanji", "ppo"): False}

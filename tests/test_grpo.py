@@ -417,7 +417,7 @@ def test_short_cartpole_run_beats_random(tmp_path):
 
 
 # the runner's chunks and resume are checked bitwise on PPO in the fast tier
-# (tests/test_workflow.py)
+# (tests/test_kill_and_resume.py)
 @pytest.mark.slow
 def test_runner_chunks_checkpoints_and_resume_are_bitwise_neutral(tmp_path):
     """Through the runner, with lanes of a budget: progress chunks and checkpoints change no number,

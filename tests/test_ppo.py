@@ -38,7 +38,7 @@ def test_vmapped_seeds_differ(cartpole_ppo_result):
 
 
 # the chunked runner is checked bitwise against the uninterrupted run in the fast tier
-# (tests/test_workflow.py's kill and resume)
+# (tests/test_kill_and_resume.py)
 @pytest.mark.slow
 def test_runner_trains_what_a_single_jit_train_trains(cartpole_ppo_result):
     """The runner (init, updates and evaluation compiled as three functions) trains the agents of
@@ -46,7 +46,7 @@ def test_runner_trains_what_a_single_jit_train_trains(cartpole_ppo_result):
     differently, and RL amplifies last-bit differences over many updates, so the metrics are compared
     with a tolerance over the first 5 updates only (bitwise equality is claimed, and tested, only for
     the same program: see test_same_seed_same_numbers_and_lane_equals_single_seed_run and the
-    killed-and-resumed run in test_workflow.py)."""
+    killed-and-resumed run in test_kill_and_resume.py)."""
     run, result, _ = cartpole_ppo_result
     train = algos.make_train(run)
     keys = sweep.lane_keys(range(run.seed, run.seed + run.num_seeds))

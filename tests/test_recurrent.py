@@ -368,7 +368,7 @@ def test_head_sizes_put_hidden_layers_between_the_cell_and_each_output_layer():
 
 
 # resume and sweeps are checked bitwise on the feed-forward PPO in the fast tier
-# (tests/test_workflow.py)
+# (tests/test_kill_and_resume.py, tests/test_sweep.py)
 @pytest.mark.slow
 # --------------------------------------------------------------------------- resume and sweeps
 def test_resume_and_in_compile_sweep_with_a_recurrent_state(tmp_path):

@@ -220,7 +220,7 @@ def test_a_batched_trial_matches_its_config_run_alone(separate_searches):
     """The same suggestions (a seeded random sampler does not depend on the batching) run alone, one
     job each: a batched trial's lanes train the same agents. The batched job is another program
     (2 configs x 2 seeds vs 2 lanes, traced hyperparameters either way), so XLA does not promise the
-    same floats; like tests/test_workflow.py the first updates are compared with a tolerance. (Here,
+    same floats; like tests/test_sweep.py the first updates are compared with a tolerance. (Here,
     at -O0, the final returns came out bitwise equal too; in experiments/results/search_bench/, 8
     configs at the CLI's -O1 over 39 updates, 4 of 8 trials ended elsewhere.)"""
     searches = separate_searches

@@ -1,8 +1,9 @@
-"""The research workflow: in-compile sweeps, Hydra multirun (basic and submitit_local launchers),
-W&B offline, progress, checkpoint / SIGKILL / resume (bitwise), evaluate CLI, reports, bad input.
+"""Sweeps: the plans (grid, zip, random; bad sweeps refused), one in-process in-compile sweep (its
+summary, lanes, metrics.csv, offline W&B run, and evaluate's GIF into that run), Hydra multirun (the
+shipped launcher configs, basic and submitit_local launchers) and the report over a sweep dir.
 
 Runs are tiny (CartPole, a few thousand env steps). Subprocess runs share a persistent XLA compile
-cache (same program -> compiled once), so the suite stays within a few minutes on 2 CPU cores.
+cache (same program -> compiled once).
 """
 
 from __future__ import annotations
