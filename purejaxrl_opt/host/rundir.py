@@ -19,6 +19,7 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +113,12 @@ def lock(run_dir: str | os.PathLike) -> RunDirLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
+            # the holder writes its pid right after it locks: give it that moment to name itself
+            holder, deadline = "", time.monotonic() + 0.5
+            while not holder and time.monotonic() < deadline:
+                holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
+                if not holder:
+                    time.sleep(0.01)
             os.close(fd)
             raise RunDirError(
                 f"the run directory {directory} is in use by another run"
