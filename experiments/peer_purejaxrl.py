@@ -21,10 +21,10 @@ trains (provenance is stamped after). Every setting is one of PureJaxRL's own co
 
 The one adapter: PureJaxRL at that commit was written for gymnax 0.0.x, whose ``Environment.step``
 returns ``(obs, state, reward, done, info)``; the project's pin, gymnax 1.0.1, returns ``terminated``
-and ``truncated`` apart (six values), which ``purejaxrl/wrappers.py`` cannot unpack. So this process
-wraps gymnax's ``Environment.step`` to return the old five, ``done = terminated or truncated`` (the
-old API's meaning: the auto-reset is gymnax's own, unchanged) before importing ``ppo.py``; PureJaxRL's
-files themselves run as they are.
+and ``truncated`` apart (six values), which ``purejaxrl/wrappers.py`` cannot unpack. So while
+``make_train`` builds its env, ``gymnax.make`` hands it the env behind :class:`FiveValueStep`, whose
+``step`` returns the old five, ``done = terminated or truncated`` (the old API's meaning; the step
+and its auto-reset are gymnax's own); PureJaxRL's files themselves run as they are.
 
 Timing: ``jax.jit(make_train(config)).lower(key).compile()`` (compile s), then the compiled call with
 ``block_until_ready`` (run s); env steps/s = ``NUM_UPDATES * NUM_STEPS * NUM_ENVS / run s``. Final
@@ -36,6 +36,7 @@ same quantity from its ``return_mean`` / ``episodes`` metrics).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -89,21 +90,50 @@ def checkout_commit(checkout: Path) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def adapt_gymnax_step() -> None:
-    """gymnax 1.0's ``Environment.step`` returning gymnax 0.0's five values (see the module docstring)."""
-    import jax.numpy as jnp
-    from gymnax.environments import environment
+class FiveValueStep:
+    """A gymnax 1.0 env whose ``step`` returns gymnax 0.0's five values (see the module docstring);
+    everything else is the env's own."""
 
-    step = environment.Environment.step
-    if getattr(step, "_five_values", False):
-        return
+    def __init__(self, env):
+        self._env = env
 
-    def five_value_step(self, key, state, action, params=None):
-        obs, state, reward, terminated, truncated, info = step(self, key, state, action, params)
+    def __getattr__(self, name):
+        return getattr(self._env, name)
+
+    def step(self, key, state, action, params=None):
+        import jax.numpy as jnp
+
+        obs, state, reward, terminated, truncated, info = self._env.step(key, state, action, params)
         return obs, state, reward, jnp.logical_or(terminated, truncated), info
 
-    five_value_step._five_values = True
-    environment.Environment.step = five_value_step
+
+@contextlib.contextmanager
+def five_value_gymnax():
+    """Within it, ``gymnax.make`` gives :class:`FiveValueStep` envs (``ppo.py``'s ``make_train`` calls
+    it once, at once); other code in the process keeps gymnax's own API."""
+    import gymnax
+
+    make = gymnax.make
+
+    def five_value_make(*args, **kwargs):
+        env, env_params = make(*args, **kwargs)
+        return FiveValueStep(env), env_params
+
+    gymnax.make = five_value_make
+    try:
+        yield
+    finally:
+        gymnax.make = make
+
+
+def make_peer_train(ppo_path: Path, config: dict):
+    """PureJaxRL's ``make_train(config)`` from ``ppo_path`` (its directory put on ``sys.path``)."""
+    if str(ppo_path.parent) not in sys.path:
+        sys.path.insert(0, str(ppo_path.parent))
+    from ppo import make_train
+
+    with five_value_gymnax():
+        return make_train(config)
 
 
 def final_return(returned, returns, fraction: float = LAST_FRACTION) -> tuple[float, int]:
@@ -130,14 +160,10 @@ def main(argv=None) -> int:
     ppo_path = ppo_file(args.checkout)
     config = peer_config(args.config, args.num_envs, args.total_timesteps)
     load_before = [round(x, 2) for x in os.getloadavg()]
-    sys.path.insert(0, str(ppo_path.parent))
     import jax
 
-    adapt_gymnax_step()
-    from ppo import make_train
-
     given = dict(config)
-    train = make_train(config)  # adds NUM_UPDATES and MINIBATCH_SIZE to config
+    train = make_peer_train(ppo_path, config)  # adds NUM_UPDATES and MINIBATCH_SIZE to config
     key = jax.random.PRNGKey(args.seed)
     start = time.perf_counter()
     compiled = jax.jit(train).lower(key).compile()
