@@ -181,7 +181,6 @@ def measure_purejaxrl(checkout: str, env_id: str, lanes: int, updates: int, smal
 
 def run_brax(out: Path, timeout_s: float, python: str = sys.executable) -> dict:
     """Brax's PPO at 2,048 envs for one evaluation block, in its own process: its record's sps."""
-    sys.path.insert(0, str(ROOT / "experiments"))
     record_path = out.parent / "brax_ppo_2048.json"
     block = BRAX_ENVS // 2 * BRAX_UNROLL * 32 * 10  # batch_size x unroll x minibatches x resets (its config)
     cmd = [python, str(ROOT / "experiments/peer_brax_ppo.py"), "--task", BRAX_TASK, "--seeds", "0",
@@ -280,7 +279,6 @@ def main() -> None:
     if args.peers_only and not args.peers:
         raise SystemExit("--peers-only with --no-peers: nothing to measure")
     if args.peers:
-        sys.path.insert(0, str(ROOT / "experiments"))
         from peer_purejaxrl import ppo_file
 
         ppo_file(args.purejaxrl)  # refuses now, before anything runs, when the checkout is missing

@@ -176,7 +176,6 @@ def main(argv=None) -> int:
     metrics = out["metrics"]
     ret, episodes = final_return(metrics["returned_episode"], metrics["returned_episode_returns"])
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import provenance  # after training: nothing of this project ran before
 
     record = {"side": "purejaxrl", "purejaxrl_commit": checkout_commit(Path(args.checkout)) or COMMIT,
