@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Throughput of PPO / TRPO / GRPO at 1 / 8 / 32 / 1024 lanes on CartPole-v1, Breakout-MinAtar,
 # playground/CartpoleBalance and craftax/Craftax-Symbolic-v1 on the accelerator JAX finds, in at most
-# ~10 minutes, into one JSON (experiments/device_check.py says what is measured and in which order).
+# ~10 minutes, into one JSON (experiments/device_check.py says what is measured and in which order),
+# with PureJaxRL's own ppo.py beside our PPO at 1, 32 and 1,024 agents on CartPole-v1 and Breakout-MinAtar
+# and Brax's PPO at 2,048 envs on Playground's CartpoleBalance. PureJaxRL's checkout must be at
+# experiments/peers/purejaxrl (an ignored path; the script refuses at once without it):
+#   git clone https://github.com/luchris429/purejaxrl experiments/peers/purejaxrl && git -C experiments/peers/purejaxrl checkout 31756b1
+# (--no-peers measures ours only).
 #
 #   experiments/device_check.sh [OUT_JSON [device_check.py options, e.g. --envs CartPole-v1]]  # default experiments/results/device_check/device_check.json
 #   DEVICE_CHECK_SMALL=1 experiments/device_check.sh /tmp/dry.json   # CPU dry run, every env and algo

@@ -49,7 +49,7 @@ def test_small_run_writes_its_json(tmp_path):
     out = tmp_path / "check.json"
     env = dict(os.environ, DEVICE_CHECK_SMALL="1", JAX_PLATFORMS="cpu")
     subprocess.run([sys.executable, str(ROOT / "experiments" / "device_check.py"), "--out", str(out),
-                    "--envs", "CartPole-v1", "--algos", "ppo"], check=True, env=env, cwd=ROOT, timeout=900)
+                    "--envs", "CartPole-v1", "--algos", "ppo", "--no-peers"], check=True, env=env, cwd=ROOT, timeout=900)
     payload = json.loads(out.read_text())
     assert payload["implementations"] == {"backend": "cpu", "conv_impl": "patch", "recurrent_grad": "fused"}
     assert [r["lanes"] for r in payload["results"]] == [1, 2] and not payload["failed"]
@@ -65,3 +65,47 @@ def test_conv_impl_option_reaches_the_network_config():
     for impl in ("lax", "patch"):
         run = dc.run_config("Breakout-MinAtar", "ppo", 32, updates=3, small=False, conv_impl=impl)
         assert run.network.conv_impl == impl and run.num_seeds == 32
+
+
+PUREJAXRL = ROOT / "experiments" / "peers" / "purejaxrl"
+
+
+def test_peer_plan_and_configs_match_purejaxrl():
+    import device_check as dc
+
+    assert dc.peer_plan(small=False) == [(e, n) for n in (1, 32, 1024) for e in ("CartPole-v1", "Breakout-MinAtar")]
+    for env_id in dc.PEER_ENVS:
+        theirs = dc.purejaxrl_config(env_id, updates=10, small=False)
+        ours = dc.peer_run_config(env_id, 32, updates=10, small=False)
+        assert ours.num_seeds == 32 and ours.network.cnn_channels == () and ours.network.hidden_sizes == (64, 64)
+        assert (ours.algo.num_envs, ours.algo.num_steps, ours.algo.num_minibatches, ours.algo.update_epochs,
+                ours.algo.lr, ours.network.activation) == (
+            theirs["NUM_ENVS"], theirs["NUM_STEPS"], theirs["NUM_MINIBATCHES"], theirs["UPDATE_EPOCHS"], theirs["LR"],
+            theirs["ACTIVATION"])
+        # the same number of updates on both sides
+        assert theirs["TOTAL_TIMESTEPS"] // (theirs["NUM_ENVS"] * theirs["NUM_STEPS"]) == 10
+
+
+def test_refuses_at_once_without_the_purejaxrl_checkout(tmp_path):
+    out = tmp_path / "check.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "device_check.py"), "--out", str(out),
+                           "--purejaxrl", str(tmp_path / "missing")], capture_output=True, text=True, cwd=ROOT,
+                          env=dict(os.environ, DEVICE_CHECK_SMALL="1", JAX_PLATFORMS="cpu"), timeout=120)
+    assert proc.returncode != 0 and not out.exists()
+    assert "git clone https://github.com/luchris429/purejaxrl" in proc.stderr and "missing" in proc.stderr
+
+
+@pytest.mark.skipif(not (PUREJAXRL / "purejaxrl" / "ppo.py").is_file(),
+                    reason="no PureJaxRL checkout at experiments/peers/purejaxrl (experiments/peer_purejaxrl.py)")
+def test_small_peer_comparison_writes_both_sides(tmp_path):
+    out = tmp_path / "check.json"
+    env = dict(os.environ, DEVICE_CHECK_SMALL="1", JAX_PLATFORMS="cpu")
+    subprocess.run([sys.executable, str(ROOT / "experiments" / "device_check.py"), "--out", str(out), "--peers-only",
+                    "--envs", "CartPole-v1", "--lanes", "1"], check=True, env=env, cwd=ROOT, timeout=300)
+    payload = json.loads(out.read_text())
+    assert not payload["failed"] and payload["results"] == [] and payload["peers"]["brax"] is None
+    (pair,) = payload["peers"]["purejaxrl"]
+    # one update of 4 envs x 8 steps on each side
+    assert pair["ours"]["env_steps_timed"] == pair["purejaxrl"]["env_steps_timed"] == 32
+    assert pair["ratio"] == pytest.approx(pair["ours"]["env_steps_per_s"] / pair["purejaxrl"]["env_steps_per_s"],
+                                          rel=1e-2)
