@@ -35,7 +35,6 @@ Peers, same device, same process (``--peers``, default on; ``--no-peers`` skips 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import platform
@@ -249,6 +248,21 @@ def _memory_stats():
     return stats.get("peak_bytes_in_use")
 
 
+def record_failure(payload: dict, env_id: str, algo: str, lanes: int, err: Exception) -> None:
+    """Keep a failed measurement (e.g. an OOM at 1024 lanes) in the JSON and go on with the rest."""
+    payload["failed"].append({"env": env_id, "algo": algo, "lanes": lanes,
+                              "error": f"{type(err).__name__}: {err}"[:2000],
+                              "traceback": traceback.format_exc()[-4000:]})
+    print(f"{env_id} {algo} lanes {lanes}: FAILED {type(err).__name__}: {str(err)[:300]}", flush=True)
+
+
+def write_payload(payload: dict, out: Path, start: float) -> None:
+    """Rewrite the JSON after every measurement, so a killed run keeps what it measured."""
+    payload["elapsed_s"] = round(time.perf_counter() - start, 1)
+    payload["load_avg_end"] = provenance.load_average()
+    out.write_text(json.dumps(payload, indent=1) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=str(ROOT / "experiments/results/device_check/device_check.json"))
@@ -318,13 +332,8 @@ def main() -> None:
             print(f"{env_id:32s} {algo:5s} lanes {lanes:5d}: {record['env_steps_per_s']:>14,.0f} env steps/s "
                   f"(compile {record['compile_s']:.1f} s) [{time.perf_counter() - start:.0f} s]", flush=True)
         except Exception as err:  # noqa: BLE001  (an OOM at 1024 lanes must not lose the rest)
-            payload["failed"].append({"env": env_id, "algo": algo, "lanes": lanes,
-                                      "error": f"{type(err).__name__}: {err}"[:2000],
-                                      "traceback": traceback.format_exc()[-4000:]})
-            print(f"{env_id} {algo} lanes {lanes}: FAILED {type(err).__name__}: {str(err)[:300]}", flush=True)
-        payload["elapsed_s"] = round(time.perf_counter() - start, 1)
-        payload["load_avg_end"] = provenance.load_average()
-        out.write_text(json.dumps(payload, indent=1) + "\n")
+            record_failure(payload, env_id, algo, lanes, err)
+        write_payload(payload, out, start)
     if args.peers:
         peer_rounds(args, payload, out, start, peer_updates, env_cache, brax)
     payload["elapsed_s"] = round(time.perf_counter() - start, 1)
@@ -363,13 +372,8 @@ def peer_rounds(args, payload: dict, out: Path, start: float, updates: int, env_
                       f"{theirs['env_steps_per_s']:>14,.0f} env steps/s [{time.perf_counter() - start:.0f} s]",
                       flush=True)
         except Exception as err:  # noqa: BLE001  (an OOM at 1024 lanes must not lose the rest)
-            payload["failed"].append({"env": env_id, "algo": f"ppo_vs_{peer}", "lanes": lanes,
-                                      "error": f"{type(err).__name__}: {err}"[:2000],
-                                      "traceback": traceback.format_exc()[-4000:]})
-            print(f"{env_id} ppo vs {peer} lanes {lanes}: FAILED {type(err).__name__}: {str(err)[:300]}", flush=True)
-        payload["elapsed_s"] = round(time.perf_counter() - start, 1)
-        payload["load_avg_end"] = provenance.load_average()
-        out.write_text(json.dumps(payload, indent=1) + "\n")
+            record_failure(payload, env_id, f"ppo_vs_{peer}", lanes, err)
+        write_payload(payload, out, start)
 
 
 if __name__ == "__main__":
