@@ -452,3 +452,34 @@ def test_runner_chunks_checkpoints_and_resume_are_bitwise_neutral(tmp_path):
     assert (resumed_dir / "metrics.csv").read_bytes() == csv
     for a, b in zip(jax.tree_util.tree_leaves(plain.loop), jax.tree_util.tree_leaves(resumed.loop)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_update_loop_in_blocks_equals_one_test_per_update():
+    """``check_every = k``: the budgeted update loop tests its condition once per block of k updates
+    (no predicate read back per update on a GPU), masking updates past a lane's budget or the chunk's
+    end; a budget and a chunk bound that end mid-block give bitwise the numbers of the loop that tests
+    every update (the slow test above has lanes of different lengths)."""
+    from purejaxrl_opt.config import implementations
+    from purejaxrl_opt.core.algos.base import init_loop, run_updates
+
+    assert implementations.check_every(0, "gpu") > 1
+    assert implementations.check_every(0, "cpu") == 1 and implementations.check_every(3, "gpu") == 3
+    with pytest.raises(ConfigError, match="check_every"):
+        _grpo_run(check_every=-1)
+    results = {}
+    for k in (1, 3):
+        run = _grpo_run(num_groups=2, group_size=2, num_minibatches=1, max_episode_steps=25,
+                        total_timesteps=500, num_seeds=3, check_every=k, loss_block_steps=8)
+        algo = algos.make_algorithm(run)
+        assert algo.check_every == k
+        keys = jax.random.split(jax.random.PRNGKey(7), 3)
+        hparams = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (3,)), algo.default_hparams())
+        loop = jax.jit(jax.vmap(lambda key, h: init_loop(algo, key, h)))(keys, hparams)
+        updates = jax.jit(jax.vmap(lambda lp, a, b: run_updates(algo, lp, a, b), in_axes=(0, None, None)))
+        for start, stop in ((0, 2), (2, algo.num_updates)):
+            loop = updates(loop, start, stop)
+        results[k] = loop
+    counts = np.asarray(results[1].update_idx)
+    assert any(c % 3 for c in counts), counts  # the budget ends mid-block
+    for a, b in zip(jax.tree_util.tree_leaves(results[1]), jax.tree_util.tree_leaves(results[3])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -61,6 +61,18 @@ def recurrent_grad(choice: str = "auto", platform: str | None = None) -> str:
     return "fused" if (platform or backend()) == "cpu" else "autodiff"
 
 
+# updates per test of a budgeted update loop's condition on each backend (check_every = 0): a GPU
+# reads every while_loop test's predicate back to the host; CPU and TPU decide on the device
+CHECK_EVERY: dict[str, int] = {"cpu": 1, "tpu": 1, "gpu": 16}
+
+
+def check_every(choice: int = 0, platform: str | None = None) -> int:
+    """Updates between two tests of a budgeted update loop (``algo.check_every = choice``; 0 = auto)."""
+    if choice < 0:
+        raise ValueError(f"check_every {choice}: must be >= 0 (0 = auto)")
+    return choice or CHECK_EVERY.get(platform or backend(), 1)
+
+
 def describe(conv: str = "auto", grad: str = "auto") -> dict:
     """What runs here: ``{"backend", "conv_impl", "recurrent_grad"}`` (for summaries and device checks)."""
     return {"backend": backend(), "conv_impl": conv_impl(conv), "recurrent_grad": recurrent_grad(grad)}

@@ -89,7 +89,8 @@ def check_grpo_for_lm(algo: AlgoConfig, lm: LMTrainConfig) -> None:
                      ("ref_update_every", "the reference is the initial model"),
                      ("max_updates", "the length is lm.num_updates"),
                      ("max_memory_gb", "it bounds an env path's episode buffers"),
-                     ("loss_block_steps", "it concerns gymnax envs")):
+                     ("loss_block_steps", "it concerns gymnax envs"),
+                     ("check_every", "the length is lm.num_updates, run from the host")):
         value = getattr(algo, key)
         _check(value == getattr(defaults, key), f"grpo.{key}", value,
                f"left at its default {getattr(defaults, key)!r} on a language-model run ({why})")

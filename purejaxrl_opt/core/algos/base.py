@@ -84,6 +84,11 @@ class Algorithm:
     # ``num_updates`` (a fixed-count loop). Set (a budget of real env steps, GRPO): the lane runs
     # while it is true, ``num_updates`` only bounds the metrics buffer (see run_updates)
     lane_active: Callable[[Any], jnp.ndarray] | None = None
+    # with ``lane_active``: updates run between two tests of the loop's condition (a static int >= 1).
+    # A GPU copies each test's predicate to the host and waits for it (a sync per test); with k > 1 the
+    # loop tests once per block of k updates, masking those past the budget (at most k - 1 wasted
+    # updates at the end). The numbers are the same for every k (run_budgeted_updates).
+    check_every: int = 1
 
     def default_hparams(self) -> Hyperparameters:
         return hyperparameters(self.run.algo)
@@ -197,6 +202,12 @@ def run_budgeted_updates(algo: Algorithm, loop: Loop, start: jnp.ndarray | int,
     inactive for good (the budget only grows), so an active lane's ``update_idx`` always equals the
     shared counter, and chunks of updates compose to the same numbers as one loop. The loop ends
     once every lane is done, so updates past the budget cost nothing.
+
+    ``algo.check_every = k > 1``: the loop tests its condition once per block of ``k`` updates (a
+    loop of static length, which XLA:GPU runs without reading a predicate back), masking the
+    updates past ``stop`` or a lane's budget like those of a done lane; the last block computes up
+    to ``k - 1`` masked updates for nothing. Every value equals the ``k = 1`` loop's. (With
+    ``eval_every``, the periodic evaluation's branch is still one test per update.)
     """
     stop = jnp.minimum(stop, algo.num_updates)
 
@@ -204,23 +215,38 @@ def run_budgeted_updates(algo: Algorithm, loop: Loop, start: jnp.ndarray | int,
         update_idx, loop = carry
         return jnp.logical_and(update_idx < stop, any_lane(algo.lane_active(loop.algo_state)))
 
-    def _body(carry):
-        update_idx, loop = carry
-        active = algo.lane_active(loop.algo_state)
-        # update_idx is unbatched (any_lane): the periodic evaluation stays a real branch under vmap
+    def _masked_update(update_idx, loop: Loop, active) -> Loop:
+        # update_idx is unbatched (any_lane): the periodic evaluation stays a real branch under vmap.
+        # Indices past the buffer occur only in masked steps of a block: the scatter drops them.
         state, step_metrics = _one_update(algo, loop, update_idx)
         env_steps = step_metrics["env_steps"]
         metrics = {n: loop.metrics[n].at[update_idx].set(
             jnp.where(active, step_metrics[n].astype(loop.metrics[n].dtype),
-                      NOT_RUN if n == "env_steps" else jnp.nan)) for n in loop.metrics}
+                      NOT_RUN if n == "env_steps" else jnp.nan), mode="drop") for n in loop.metrics}
         state = jax.tree_util.tree_map(lambda new, old: jnp.where(active, new, old), state,
                                        loop.algo_state)
-        return update_idx + 1, loop.replace(
+        return loop.replace(
             algo_state=state, update_idx=jnp.where(active, loop.update_idx + 1, loop.update_idx),
             env_steps=jnp.where(active, env_steps, loop.env_steps), metrics=metrics)
 
+    def _body(carry):
+        update_idx, loop = carry
+        return update_idx + 1, _masked_update(update_idx, loop, algo.lane_active(loop.algo_state))
+
     start = jnp.asarray(start, jnp.int32)
-    return jax.lax.while_loop(_cond, _body, (start, loop))[1]
+    if algo.check_every == 1:
+        return jax.lax.while_loop(_cond, _body, (start, loop))[1]
+
+    def _block_step(_, carry):
+        update_idx, loop = carry
+        active = jnp.logical_and(algo.lane_active(loop.algo_state), update_idx < stop)
+        return update_idx + 1, _masked_update(update_idx, loop, active)
+
+    # blocks of check_every updates, each a loop of static length (no test inside); the outer loop
+    # tests once per block
+    return jax.lax.while_loop(
+        _cond, lambda carry: jax.lax.fori_loop(0, algo.check_every, _block_step, carry),
+        (start, loop))[1]
 
 
 def make_train(algo: Algorithm) -> Callable[..., TrainOutput]:

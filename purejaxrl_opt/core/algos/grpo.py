@@ -66,6 +66,7 @@ from purejaxrl_opt.envs import EnvSpec
 from purejaxrl_opt.core.stages.episode_losses import (EpisodeBuffers, block_log_probs, buffer_bytes,
                                           make_block_grad_fn)
 from purejaxrl_opt.config.errors import ConfigError
+from purejaxrl_opt.config import implementations
 # the objective and the advantages live one layer down, shared with the language-model trainer
 from purejaxrl_opt.core.stages.grpo_objective import ADV_EPS, group_advantages, overlong_penalty, policy_objective  # noqa: F401
 from purejaxrl_opt.core.stages.grpo_objective import has_spread as _has_spread
@@ -150,6 +151,10 @@ class GRPOConfig(AlgoConfig):
     # ceil(total_timesteps / (num_groups * group_size)): never the bound, as no episode is shorter than
     # one step (GRPOConfig.num_updates).
     max_updates: int = 0
+    # updates between two tests of the update loop's budget condition (0 = auto: 1 on CPU and TPU, 16
+    # on GPU, where every test of a while_loop reads its predicate back to the host and waits). The
+    # numbers are the same for every value; k > 1 computes up to k - 1 masked updates past the budget
+    check_every: int = 0
     # time block of the block-wise loss (gymnax envs): gradients are summed over ceil(L / K) blocks of
     # K steps, L = the batch's longest episode (rollouts also stop once every episode has ended), so the
     # update costs ~L steps, not the limit T
@@ -245,6 +250,7 @@ class GRPOConfig(AlgoConfig):
         positive(f"{prefix}.max_grad_norm", self.max_grad_norm)
         positive(f"{prefix}.max_memory_gb", self.max_memory_gb)
         non_negative(f"{prefix}.max_updates", self.max_updates)
+        non_negative(f"{prefix}.check_every", self.check_every)
         positive(f"{prefix}.loss_block_steps", self.loss_block_steps)
 
 
@@ -577,4 +583,5 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
                      metric_names=(METRICS + (DYNAMIC_SAMPLING_METRICS if dynamic_sampling else ())
                                    + reward_metric_names(env)),
                      num_updates=num_updates, param_fn=lambda s: s.params,
-                     lane_active=lambda s: budget.active(s.env_steps))
+                     lane_active=lambda s: budget.active(s.env_steps),
+                     check_every=implementations.check_every(cfg.check_every))
