@@ -252,6 +252,24 @@ def _validate_script(command: Command) -> None:
                 f"{command.target} has no option {flag}")
 
 
+# Hydra's own flags that print the composed config instead of running (--cfg job --resolve)
+_HYDRA_FLAGS_WITH_VALUE = ("--cfg", "-c", "--package", "-p")
+_HYDRA_FLAGS = ("--resolve",)
+
+
+def _without_hydra_flags(args: list[str]) -> list[str]:
+    """The overrides of ``args``, without Hydra's printing flags (and their values)."""
+    kept, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in _HYDRA_FLAGS_WITH_VALUE:
+            skip = True
+        elif arg not in _HYDRA_FLAGS:
+            kept.append(arg)
+    return kept
+
+
 def validate(command: Command, tmp_dir: Path, checked: set | None = None) -> None:
     """Raise (ConfigError, a Hydra error, AssertionError) where ``command`` would not start.
     ``checked``: benchmark entries already validated (shared by the suites of several commands)."""
@@ -260,7 +278,7 @@ def validate(command: Command, tmp_dir: Path, checked: set | None = None) -> Non
         return _validate_script(command)
     target, args = command.target, command.args
     multirun = any(a in ("-m", "--multirun") for a in args)
-    overrides = [a for a in args if a not in ("-m", "--multirun")]
+    overrides = _without_hydra_flags([a for a in args if a not in ("-m", "--multirun")])
     if target == "train":
         for job in _jobs(overrides, multirun):
             _validate_train(job)

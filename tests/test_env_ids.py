@@ -20,9 +20,9 @@ LIBRARIES = ("navix", "xminigrid", "jumanji", "craftax", "playground", "brax")
 
 
 def test_an_id_without_a_file_composes_on_every_library():
-    """The generated config is the same for every id (conf/env/any.yaml with the id), so one id per
-    library (the last it registers, without a file or a tuned file) stands for all of them; the
-    registry checks the id."""
+    """The generated config is the same for every id (conf/env/any.yaml with the id; Playground's and
+    Brax's with normalize_obs true, as their PPO does), so one id per library (the last it registers,
+    without a file or a tuned file) stands for all of them; the registry checks the id."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
@@ -34,7 +34,8 @@ def test_an_id_without_a_file_composes_on_every_library():
             assert not list((ROOT / "conf" / "tuned").glob(f"*_{library}/{name}.yaml"))
             env_id = f"{library}/{name}"
             cfg = hydra_compose(config_name="config", overrides=[f"env={env_id}", "algo=trpo"])
-            assert OmegaConf.to_container(cfg.env) == {**any_env, "id": env_id}
+            normalize_obs = library in ("playground", "brax")
+            assert OmegaConf.to_container(cfg.env) == {**any_env, "id": env_id, "normalize_obs": normalize_obs}
             assert from_dictconfig(cfg).env.id == env_id
 
 
@@ -44,14 +45,14 @@ def test_an_id_without_a_file_keeps_its_tuned_file():
     tuned = OmegaConf.load(ROOT / "conf" / "tuned" / "ppo_navix" / "Navix-DoorKey-8x8-v0.yaml")
     assert cfg.env.id == "navix/Navix-DoorKey-8x8-v0" and cfg.total_timesteps == tuned.total_timesteps
     assert cfg.algo.num_envs == tuned.algo.num_envs and cfg.env.params.max_steps_in_episode == 640
-    # a file of the name wins over the generated config (Playground's normalise their observations)
-    assert compose("env=playground/CartpoleBalance").env.normalize_obs is True
-    assert compose("env=playground/CheetahRun").env.normalize_obs is False
+    # a file of the name wins over the generated config (any.yaml: normalize_obs false)
+    assert compose("env=Pendulum-v1").env.normalize_obs is True
 
 
 @pytest.mark.parametrize("override, fragment", [
-    ("env=navix/Navix-Nope-v0", "navix has no env 'Navix-Nope-v0'; its ids: ["),
-    ("env=jumanji/Snake-v9", "jumanji has no env 'Snake-v9'; its ids: ['Snake-v1', 'Game2048-v1'"),
+    ("env=navix/Navix-Nope-v0", "navix has no env 'Navix-Nope-v0'; closest: ["),
+    ("env=jumanji/Snake-v9", "jumanji has no env 'Snake-v9'; closest: ['Snake-v1'"),
+    ("env=jumanji/Snake-v9", "its ids: ['Snake-v1', 'Game2048-v1'"),
     ("env=nolib/CartPole-v1", "unknown library 'nolib': must be '<library>/<id>' with a library among ["),
 ])
 def test_an_unknown_id_or_library_is_refused_listing_what_exists(override, fragment):

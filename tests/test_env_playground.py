@@ -288,12 +288,13 @@ def test_options_are_validated_before_building():
     assert "CheetahRun" in pg.ids("playground") and "halfcheetah" in pg.ids("brax")
 
 
-@pytest.mark.skipif(pg._menagerie_available(), reason="mujoco_menagerie is on disk here")
-def test_menagerie_envs_are_refused_without_downloading():
-    with pytest.raises(ConfigError, match=r"mujoco_menagerie.*git clone"):
+@pytest.mark.skipif(pg._LIBRARY_MENAGERIE.exists(), reason="mujoco_menagerie is on disk here")
+def test_menagerie_envs_are_refused_without_downloading(monkeypatch):
+    monkeypatch.delenv("MENAGERIE_ROOT", raising=False)
+    with pytest.raises(ConfigError, match=r"mujoco_menagerie.*git clone.*MENAGERIE_ROOT"):
         pg.make("Go1JoystickFlatTerrain", {}, "playground")
-    assert "Go1JoystickFlatTerrain" not in pg.ids("playground")
-    assert not pg.mjx_env.MENAGERIE_PATH.exists()  # nothing was fetched
+    assert "Go1JoystickFlatTerrain" in pg.ids("playground")  # listed; refused when built
+    assert not pg._LIBRARY_MENAGERIE.exists()  # nothing was fetched
 
 
 @pytest.mark.slow  # a third env build and compile

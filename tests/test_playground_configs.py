@@ -1,6 +1,7 @@
-"""conf/env/playground/<task>.yaml and conf/tuned/<algo>_playground/<task>.yaml: ``env=playground/<task>``
-composes the env file and, for every algorithm, its tuned file (command-line overrides still win,
-``~tuned`` drops it); the composed config validates."""
+"""conf/tuned/<algo>_playground/<task>.yaml: ``env=playground/<task>`` composes Playground's env node
+(normalised observations) and, for every algorithm, its tuned file (command-line overrides still win,
+``~tuned`` drops it); PPO's files include Playground's mapped config (``/playground_ppo/<task>``) and
+state only their deliberate differences; the composed config validates."""
 
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ def test_env_file_and_tuned_file_compose(task, algo):
     tuned = OmegaConf.to_container(OmegaConf.load(tuned_path))
     cfg = _compose([f"algo={algo}", f"env=playground/{task}"])
     assert cfg.env.id == f"playground/{task}" and cfg.env.normalize_obs is True
+    if algo == "ppo":
+        assert tuned.pop("defaults") == [f"/playground_ppo/{task}", "_self_"]
+        assert cfg.algo.num_steps == 480 and cfg.algo.lr == 1e-3  # from the mapped node
     leaves = dict(_leaves(tuned))
     assert leaves, tuned_path
     for key, value in leaves.items():

@@ -8,6 +8,17 @@ that name holding it would be. A file of the name wins (the primary config direc
 first). The tuned values still come from ``optional tuned: ${algo}_${env}``, i.e.
 conf/tuned/<algo>_<id>.yaml or conf/tuned/<algo>_<library>/<id>.yaml where one exists.
 
+``env=playground/<task>`` and ``env=brax/<id>`` (MuJoCo Playground and Brax, every id): the same
+node with ``normalize_obs: true``, the default Playground's and Brax's PPO users get. With ``algo=ppo``,
+``tuned/ppo_playground/<task>`` is Playground's own tuned PPO config for that task
+(``brax_ppo_config``) mapped onto ours by purejaxrl_opt/envs/playground_ppo.py, served for every
+Playground task without a file of its own (a file states where this project deliberately differs, and
+includes the mapped values as ``/playground_ppo/<task>``, the same node under another name). Its
+``algo.num_steps`` is an expression of the run's ``algo.num_envs`` (config/resolvers.py, registered
+here), so a ``num_envs`` given on the command line is scaled to, or refused. Loading the node prints
+one line naming the Brax choices it cannot set yet (the pending options). An unknown task gets no
+node: the env id's check names the closest ids.
+
 ``algo=<name>``: the ``algo`` group is the algorithms of ``purejaxrl_opt.config.schema.ALGORITHMS``,
 each node the defaults of its config class (``CONFIG`` of ``purejaxrl_opt/core/algos/<name>.py``,
 where every field's meaning is written beside it): each default is written once, in the dataclass.
@@ -38,6 +49,59 @@ SCHEME = "purejaxrl-env"
 GROUP = "env"
 DEFAULTS = "any.yaml"  # in the env group: the values of an env without a file of its own
 ALGO_GROUP = "algo"
+TUNED_GROUP = "tuned"
+# Playground's tuned PPO config of a task: tuned/ppo_playground/<task>, and the same node as
+# playground_ppo/<task> for a file of conf/tuned/ppo_playground/ to include
+PLAYGROUND_TUNED = "ppo_playground"
+PLAYGROUND_PPO_GROUP = "playground_ppo"
+# libraries whose env node normalises observations, as their own PPO does by default
+NORMALIZED_OBS_LIBRARIES = ("playground", "brax")
+
+_reported: set[str] = set()
+
+
+def _register_resolvers() -> None:
+    from purejaxrl_opt.config import resolvers
+
+    resolvers.register()
+
+
+_register_resolvers()
+
+
+def _playground_task(group: str, name: str) -> str | None:
+    """The Playground task of a ``tuned/ppo_playground/<task>`` or ``playground_ppo/<task>`` path
+    when it is one of Playground's tasks (imports Playground), else None."""
+    if group == TUNED_GROUP:
+        library, _, task = name.partition("/")
+        if library != PLAYGROUND_TUNED:
+            return None
+    elif group == PLAYGROUND_PPO_GROUP:
+        task = name
+    else:
+        return None
+    if not task or "/" in task:
+        return None
+    from purejaxrl_opt.config.errors import ConfigError
+    from purejaxrl_opt.envs import playground_ppo
+
+    try:
+        playground_ppo.family(task)
+    except ConfigError:
+        return None
+    return task
+
+
+def _playground_ppo_node(task: str):
+    import sys
+
+    from purejaxrl_opt.envs import playground_ppo
+
+    node = OmegaConf.create(playground_ppo.ppo_node(task))
+    if task not in _reported:
+        _reported.add(task)
+        print(f"purejaxrl_opt: {playground_ppo.report(task)}", file=sys.stderr)
+    return node
 
 
 def _algorithms() -> dict:
@@ -93,7 +157,8 @@ class EnvIdConfigSource(ConfigSource):
         if path.endswith(".yaml"):
             path = path[: -len(".yaml")]
         group, _, name = path.partition("/")
-        if group not in (GROUP, ALGO_GROUP) or not name or not all(name.split("/")):
+        if group not in (GROUP, ALGO_GROUP, TUNED_GROUP, PLAYGROUND_PPO_GROUP) or not name \
+                or not all(name.split("/")):
             return None
         return group, name
 
@@ -104,6 +169,8 @@ class EnvIdConfigSource(ConfigSource):
         group, name = found
         if group == ALGO_GROUP:
             return found if name in _algorithms() else None
+        if group in (TUNED_GROUP, PLAYGROUND_PPO_GROUP):
+            return found if self.available() and _playground_task(group, name) else None
         return found if self.available() else None
 
     def load_config(self, config_path: str) -> ConfigResult:
@@ -112,11 +179,17 @@ class EnvIdConfigSource(ConfigSource):
             raise ValueError(f"{self.full_path()} serves only {GROUP}/<id>, {GROUP}/<library>/<id> and "
                              f"{ALGO_GROUP}/<name>, not {config_path!r}")
         group, name = found
+        if group in (TUNED_GROUP, PLAYGROUND_PPO_GROUP):
+            return ConfigResult(provider=self.provider, path=self.full_path(),
+                                config=_playground_ppo_node(_playground_task(group, name)),
+                                header={"package": "_global_"})
         if group == ALGO_GROUP:
             config = _algo_node(name)
         else:
             config = OmegaConf.load(Path(self.path) / GROUP / DEFAULTS)
             config.id = name
+            if name.partition("/")[0] in NORMALIZED_OBS_LIBRARIES:
+                config.normalize_obs = True
         return ConfigResult(provider=self.provider, path=self.full_path(), config=config,
                             header={"package": group})
 
@@ -125,7 +198,8 @@ class EnvIdConfigSource(ConfigSource):
 
     def is_group(self, config_path: str) -> bool:
         # the root too: Hydra lists the groups of every source that has it (--help)
-        return config_path.strip("/") in ("", ALGO_GROUP)
+        path = config_path.strip("/")
+        return path in ("", ALGO_GROUP, PLAYGROUND_PPO_GROUP) or path == f"{TUNED_GROUP}/{PLAYGROUND_TUNED}"
 
     def is_config(self, config_path: str) -> bool:
         return self._served(config_path) is not None
@@ -133,7 +207,7 @@ class EnvIdConfigSource(ConfigSource):
     def list(self, config_path: str, results_filter: Optional[ObjectType]) -> List[str]:
         path = config_path.strip("/")
         if path == "" and results_filter in (None, ObjectType.GROUP):
-            return [ALGO_GROUP]
+            return [ALGO_GROUP, PLAYGROUND_PPO_GROUP]
         if path == ALGO_GROUP and results_filter in (None, ObjectType.CONFIG):
             return sorted(_algorithms())
         return []

@@ -278,6 +278,10 @@ class RunConfig:
                f"false for {self.algo.name} (it scales a critic's targets: PPO and TRPO only; GRPO's "
                "group z-scores already normalise its outcomes)")
         self.network.validate("network")
+        critic_obs_key = self.env.params.get("critic_obs_key") if isinstance(self.env.params, Mapping) else None
+        _check(critic_obs_key is None or not self.network.shared, "network.shared", self.network.shared,
+               f"false with env.params.critic_obs_key = {critic_obs_key!r} (an asymmetric actor-critic: "
+               "the critic reads another observation field than the policy, so they cannot share a torso)")
         _check(not self.network.shared or self.algo.name == "ppo", "network.shared", self.network.shared,
                f"false for {self.algo.name} (a trunk shared by actor and critic is trained by one loss: PPO "
                "only; TRPO steps the policy alone by its natural gradient and fits the critic apart, GRPO has "
@@ -295,9 +299,23 @@ def parse_section(cls: type, section: Mapping[str, Any] | None, name: str):
 
 
 def _raw(cfg: Any) -> dict:
+    """``cfg`` as plain containers, interpolations resolved; a ConfigError raised by a resolver
+    (config/resolvers.py) stays a ConfigError."""
     from omegaconf import DictConfig, OmegaConf
+    from omegaconf.errors import InterpolationResolutionError
 
-    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    from purejaxrl_opt.config import resolvers
+
+    if not isinstance(cfg, DictConfig):
+        return dict(cfg)
+    resolvers.register()
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except InterpolationResolutionError as error:
+        cause = resolvers.config_error_of(error)
+        if cause is None:
+            raise
+        raise ConfigError(str(cause)) from None
 
 
 # --------------------------------------------------------------------------- building

@@ -17,7 +17,13 @@ with the pre-reset observation in ``info["final_observation"]``:
 Actions are ``Box[-1, 1]^action_size`` (both libraries scale ``[-1, 1]`` to the actuator ranges
 themselves). Observations are one float32 array: a Playground dict observation (locomotion:
 ``state`` / ``privileged_state``) gives the field named by ``env.params.obs_key`` (default
-``"state"``).
+``"state"``). With ``env.params.critic_obs_key`` (an asymmetric actor-critic, as Brax's PPO builds it
+from Playground's ``policy_obs_key`` / ``value_obs_key``) the observation is ``[P + C]``: the policy's
+field flattened (``P`` entries) followed by the critic's (``C``); the env's ``policy_obs_size = P``
+goes into the spec (``EnvSpec.policy_obs_size``), and the networks give the policy the first ``P``
+entries and the critic the rest. One array keeps the protocol, the rollout buffers and the running
+observation statistics (per entry, so each field is normalised on its own, as Brax normalises each
+key of a dict observation) as they are.
 
 Options (``env.params``; an unknown key or a bad value is a ConfigError naming the key and what is
 allowed, purejaxrl_opt/envs/options.py):
@@ -27,7 +33,9 @@ allowed, purejaxrl_opt/envs/options.py):
                     dm_control suite; Brax: 1000)
 ``action_repeat``   library steps per agent step, rewards summed (default 1; Playground's own
                     config value where it sets one); stepping stops at a termination
-``obs_key``         the field of a dict observation to use (default ``"state"``)
+``obs_key``         the field of a dict observation the policy reads (default ``"state"``)
+``critic_obs_key``  the field the critic reads (default null: the policy's); e.g.
+                    ``privileged_state`` (Playground's ``value_obs_key`` for its locomotion tasks)
 ``impl``            Playground only: MJX implementation, ``"jax"`` (default, any device) or
                     ``"warp"`` (the library's own default, CUDA only)
 ``backend``         Brax only: physics pipeline, ``generalized`` (default) | ``positional`` |
@@ -39,8 +47,12 @@ allowed, purejaxrl_opt/envs/options.py):
 
 Playground's locomotion and manipulation envs load their robots from ``mujoco_menagerie``, which the
 library ``git clone``s from GitHub into its install directory the first time such an env is built.
-Nothing here downloads at run time: those ids are offered only when the menagerie is already there,
-and refused with that reason otherwise. The dm_control suite's assets ship inside the wheel.
+Nothing here downloads at run time and nothing is written into the library's install: a checkout of
+mujoco_menagerie named by the environment variable ``MENAGERIE_ROOT`` (the variable the
+``mujoco-menagerie`` package reads for "a checkout to use instead") is handed to Playground by setting
+its module attribute ``mjx_env.MENAGERIE_PATH`` in this process, else Playground's own
+``external_deps/mujoco_menagerie`` is used when it exists. Without either, those ids are refused when
+built, naming both ways. The dm_control suite's assets ship inside the wheel.
 """
 
 from __future__ import annotations
@@ -96,7 +108,7 @@ PREFIXES: tuple[str, ...] = ("playground", "brax")
 _IMPLS = ("jax", "warp")
 _BRAX_BACKENDS = ("generalized", "positional", "spring", "mjx")
 _COMMON_OPTIONS = {"episode_length": Option("int", minimum=1), "action_repeat": Option("int", minimum=1),
-                   "obs_key": Option("str"), "config": Option("mapping")}
+                   "obs_key": Option("str"), "critic_obs_key": Option("str"), "config": Option("mapping")}
 _OPTIONS = {"playground": {**_COMMON_OPTIONS, "impl": Option("str", choices=_IMPLS)},
             "brax": {**_COMMON_OPTIONS, "backend": Option("str", choices=_BRAX_BACKENDS)}}
 # set by this adapter's own options, so not accepted inside env.params.config
@@ -104,8 +116,27 @@ _PLAYGROUND_RESERVED = ("episode_length", "action_repeat", "impl")
 _BRAX_EPISODE_LENGTH = 1000  # brax.envs.create's default
 
 
-def _menagerie_available() -> bool:
-    return mjx_env.MENAGERIE_PATH.exists()
+MENAGERIE_ROOT = "MENAGERIE_ROOT"  # environment variable: a mujoco_menagerie checkout
+_LIBRARY_MENAGERIE = mjx_env.MENAGERIE_PATH  # Playground's own location (external_deps/)
+
+
+def menagerie_path(environ=os.environ):
+    """The mujoco_menagerie directory Playground is to read: ``$MENAGERIE_ROOT`` when set, else
+    Playground's own ``external_deps/mujoco_menagerie`` (an ``etils.epath.Path``; it may not exist)."""
+    from etils import epath
+
+    root = environ.get(MENAGERIE_ROOT)
+    return epath.Path(root) if root else _LIBRARY_MENAGERIE
+
+
+def _menagerie_available(environ=os.environ) -> bool:
+    return menagerie_path(environ).exists()
+
+
+def _use_menagerie(environ=os.environ) -> None:
+    """Point Playground at :func:`menagerie_path` (its envs read ``mjx_env.MENAGERIE_PATH`` when built;
+    ``ensure_menagerie_exists`` then finds it and clones nothing)."""
+    mjx_env.MENAGERIE_PATH = menagerie_path(environ)
 
 
 def _needs_menagerie(name: str) -> bool:
@@ -113,14 +144,13 @@ def _needs_menagerie(name: str) -> bool:
 
 
 def ids(prefix: str = LIBRARY) -> tuple[str, ...]:
-    """Every name this adapter can make under ``prefix`` (without the prefix)."""
+    """Every name this adapter serves under ``prefix`` (without the prefix). Playground's locomotion
+    and manipulation ids are listed whether or not the menagerie is on disk: building one without it
+    is refused (:func:`make`) with what to do."""
     _check_prefix(prefix)
     if prefix == "brax":
         return tuple(sorted(brax_envs._envs))
-    names = tuple(dm_control_suite.ALL_ENVS)
-    if _menagerie_available():
-        names += tuple(locomotion.ALL_ENVS) + tuple(manipulation.ALL_ENVS)
-    return names
+    return tuple(dm_control_suite.ALL_ENVS) + tuple(locomotion.ALL_ENVS) + tuple(manipulation.ALL_ENVS)
 
 
 def _check_prefix(prefix: str) -> None:
@@ -142,7 +172,12 @@ class PlaygroundState:
     time: jnp.ndarray
 
 
-def _obs_array(obs, obs_key: str | None):
+def _obs_array(obs, obs_key: str | None, critic_obs_key: str | None = None):
+    """The observation the agent sees: the dict field ``obs_key``, or with ``critic_obs_key`` the two
+    fields flattened and concatenated ``[P + C]`` (policy's first)."""
+    if critic_obs_key is not None:
+        return jnp.concatenate([jnp.asarray(obs[obs_key], jnp.float32).reshape(-1),
+                                jnp.asarray(obs[critic_obs_key], jnp.float32).reshape(-1)])
     if isinstance(obs, dict):
         obs = obs[obs_key]
     return jnp.asarray(obs, jnp.float32)
@@ -159,11 +194,15 @@ class PlaygroundEnv(ResetWhereDone, Environment):
     keyed_reset = True  # reset(key) determines the start state; step takes no randomness
     render_in_jit = False  # render_frame: MuJoCo's OpenGL renderer, on the host
 
-    def __init__(self, env_id: str, raw_env, action_repeat: int, obs_key: str | None, obs_shape):
+    def __init__(self, env_id: str, raw_env, action_repeat: int, obs_key: str | None, obs_shape,
+                 critic_obs_key: str | None = None, policy_obs_size: int | None = None):
         self.env_id = env_id
         self.raw_env = raw_env
         self.action_repeat = action_repeat
         self.obs_key = obs_key
+        self.critic_obs_key = critic_obs_key
+        # asymmetric actor-critic: the policy reads the first policy_obs_size entries (EnvSpec)
+        self.policy_obs_size = policy_obs_size
         self._obs_shape = tuple(obs_shape)
         self._action_size = int(raw_env.action_size)
         self._renderer = None
@@ -182,7 +221,8 @@ class PlaygroundEnv(ResetWhereDone, Environment):
 
     def reset_env(self, key, params):
         env_state = self.raw_env.reset(key)
-        return _obs_array(env_state.obs, self.obs_key), PlaygroundState(env_state, jnp.zeros((), jnp.int32))
+        obs = _obs_array(env_state.obs, self.obs_key, self.critic_obs_key)
+        return obs, PlaygroundState(env_state, jnp.zeros((), jnp.int32))
 
     def step_env(self, key, state, action, params):
         del key  # the libraries' step is deterministic
@@ -193,7 +233,7 @@ class PlaygroundEnv(ResetWhereDone, Environment):
         else:
             env_state, reward = self._repeat(state.env_state, action)
         terminated = jnp.asarray(env_state.done) > 0.5
-        obs = _obs_array(env_state.obs, self.obs_key)
+        obs = _obs_array(env_state.obs, self.obs_key, self.critic_obs_key)
         return obs, PlaygroundState(env_state, state.time + 1), reward, terminated, {}
 
     def _repeat(self, env_state, action):
@@ -259,14 +299,20 @@ class PlaygroundEnv(ResetWhereDone, Environment):
 
 # --------------------------------------------------------------------------- construction
 def _make_playground(name: str, options: dict):
-    if name not in dm_control_suite.ALL_ENVS and _needs_menagerie(name) and not _menagerie_available():
-        raise ConfigError(
-            f"env 'playground/{name}' needs the mujoco_menagerie robot assets, which MuJoCo Playground "
-            f"downloads (git clone from GitHub) into {mjx_env.MENAGERIE_PATH} the first time such an env "
-            "is built; this project does not download at run time. Clone mujoco_menagerie at commit "
-            f"{mjx_env.MENAGERIE_COMMIT_SHA} there to use it; offline ids: {list(ids('playground'))}")
     if name not in ids("playground"):
         raise ConfigError(f"unknown env 'playground/{name}'; available: {list(ids('playground'))}")
+    if _needs_menagerie(name):
+        if not _menagerie_available():
+            root = os.environ.get(MENAGERIE_ROOT)
+            where = (f"${MENAGERIE_ROOT} = {root!r} does not exist" if root else
+                     f"neither ${MENAGERIE_ROOT} is set nor {_LIBRARY_MENAGERIE} exists")
+            raise ConfigError(
+                f"env 'playground/{name}' needs the mujoco_menagerie robot assets ({where}). MuJoCo "
+                "Playground would git clone them from GitHub when the env is built; this project does not "
+                f"download at run time. Clone github.com/google-deepmind/mujoco_menagerie (Playground pins "
+                f"commit {mjx_env.MENAGERIE_COMMIT_SHA}) and set {MENAGERIE_ROOT} to it; ids without it: "
+                f"{list(dm_control_suite.ALL_ENVS)}")
+        _use_menagerie()
     impl = options.get("impl", "jax")
     default = flatten(_playground_default_config(name))
     overrides = dict(options.get("config") or {})
@@ -277,7 +323,11 @@ def _make_playground(name: str, options: dict):
             allowed = sorted(k for k in default if k not in _PLAYGROUND_RESERVED)
             raise ConfigError(f"unknown config key 'env.params.config.{key}' for playground/{name}; "
                               f"allowed: {allowed}")
-    overrides["impl"] = impl
+    if "impl" in default:
+        overrides["impl"] = impl
+    elif "impl" in options:  # a task whose config has no MJX implementation to choose
+        raise ConfigError(f"config key 'env.params.impl' is invalid for playground/{name}: its config has no "
+                          "'impl' (it is not an MJX env); leave env.params.impl out")
     episode_length = options.get("episode_length", int(default.get("episode_length", 1000)))
     action_repeat = options.get("action_repeat", int(default.get("action_repeat", 1)))
     try:
@@ -327,22 +377,37 @@ def _make_brax(name: str, options: dict):
 def make(name: str, options: dict | None = None, prefix: str = LIBRARY):
     """``(env, env_params)`` for ``<prefix>/<name>``; ``options`` = the run's ``env.params``."""
     _check_prefix(prefix)
+    # config: null = none; critic_obs_key: null = the policy's field
     options = {key: value for key, value in dict(options or {}).items()
-               if not (key == "config" and value is None)}  # config: null = none
+               if not (key in ("config", "critic_obs_key") and value is None)}
     options = check(f"{prefix}/{name}", options, _OPTIONS[prefix])
     obs_key = options.get("obs_key", "state")
+    critic_obs_key = options.get("critic_obs_key")
     if prefix == "playground":
         raw, episode_length, action_repeat = _make_playground(name, options)
     else:
         raw, episode_length, action_repeat = _make_brax(name, options)
     obs = jax.eval_shape(raw.reset, jax.random.PRNGKey(0)).obs
+    policy_obs_size = None
     if isinstance(obs, dict):
-        if obs_key not in obs:
-            raise ConfigError(f"config key 'env.params.obs_key' = {obs_key!r} is invalid for {prefix}/{name}: "
-                              f"must be one of its observation fields {sorted(obs)}")
-        obs = obs[obs_key]
-    elif "obs_key" in options:
-        raise ConfigError(f"config key 'env.params.obs_key' is invalid for {prefix}/{name}: its observation "
-                          "is one array, not a dict")
-    env = PlaygroundEnv(f"{prefix}/{name}", raw, action_repeat, obs_key, obs.shape)
+        for key, field in (("obs_key", obs_key), ("critic_obs_key", critic_obs_key)):
+            if field is not None and field not in obs:
+                raise ConfigError(f"config key 'env.params.{key}' = {field!r} is invalid for {prefix}/{name}: "
+                                  f"must be one of its observation fields {sorted(obs)}")
+        if critic_obs_key == obs_key:
+            raise ConfigError(f"config key 'env.params.critic_obs_key' = {critic_obs_key!r} is invalid for "
+                              f"{prefix}/{name}: must differ from env.params.obs_key (null: the critic reads "
+                              "the policy's field)")
+        if critic_obs_key is not None:
+            policy_obs_size = math.prod(obs[obs_key].shape)
+            obs = jax.ShapeDtypeStruct((policy_obs_size + math.prod(obs[critic_obs_key].shape),), jnp.float32)
+        else:
+            obs = obs[obs_key]
+    else:
+        for key in ("obs_key", "critic_obs_key"):
+            if options.get(key) is not None:
+                raise ConfigError(f"config key 'env.params.{key}' is invalid for {prefix}/{name}: its "
+                                  "observation is one array, not a dict")
+    env = PlaygroundEnv(f"{prefix}/{name}", raw, action_repeat, obs_key, obs.shape, critic_obs_key,
+                        policy_obs_size)
     return env, PlaygroundParams(max_steps_in_episode=math.ceil(episode_length / action_repeat))

@@ -38,6 +38,10 @@ Optional attributes the layer reads (class attributes or properties):
 ``render_problem() -> str | None``
     Why ``render_frame`` cannot work on this machine (e.g. no OpenGL), or None; ``evaluate --gif``
     asks before it compiles anything.
+``policy_obs_size: int | None = None``
+    An asymmetric actor-critic (e.g. Playground's ``privileged_state`` critic): the observation is
+    ``[P + C]``, the policy reads its first ``P = policy_obs_size`` entries and the critic the other
+    ``C``; None: both read all of it.
 ``keyed_reset: bool = True``
     ``reset(key)`` fully determines the start state (GRPO's same-start groups need it).
 ``vocab: tuple[str, ...]``
@@ -69,6 +73,9 @@ class EnvSpec:
     library: str = "gymnax"  # the registry's library prefix of env_id (envs/registry.py)
     # reset(key) fully determines the start state (the env's keyed_reset; GRPO's same-start groups)
     keyed_reset: bool = True
+    # asymmetric actor-critic: the policy reads the first policy_obs_size entries of the (1-D)
+    # observation, the critic the rest; None = both read all of it (the env's policy_obs_size)
+    policy_obs_size: int | None = None
 
 
 def keyed_reset(env) -> bool:
@@ -108,9 +115,14 @@ def spec_of(env, env_params, env_id: str, library: str) -> EnvSpec:
         raise ValueError(f"{env_id}: action_mask = True needs a Discrete action space")
     max_steps = int(getattr(env_params, "max_steps_in_episode", 0) or 0)
     vocab = getattr(env, "vocab", None)
+    policy_obs_size = getattr(env, "policy_obs_size", None)
+    if policy_obs_size is not None and not (len(obs.shape) == 1 and 0 < policy_obs_size < obs.shape[0]):
+        raise ValueError(f"{env_id}: policy_obs_size = {policy_obs_size} needs a 1-D observation longer "
+                         f"than it (the critic reads the rest), got shape {tuple(obs.shape)}")
     return EnvSpec(env_id, tuple(int(d) for d in obs.shape), discrete, num_actions, low, high,
                    max_steps, tuple(vocab) if vocab is not None else None, np.dtype(obs.dtype).name,
-                   action_mask, library, keyed_reset(env))
+                   action_mask, library, keyed_reset(env),
+                   None if policy_obs_size is None else int(policy_obs_size))
 
 
 class ResetWhereDone:

@@ -53,6 +53,14 @@ def _bad_id(key: str, env_id: str, allowed: str) -> ConfigError:
     return ConfigError(f"config key '{key}' = {env_id!r} is invalid: {allowed}")
 
 
+def close_names(name: str, names, n: int = 5) -> list[str]:
+    """Up to ``n`` of ``names`` closest to ``name`` (difflib's similarity, case ignored), best first."""
+    import difflib
+
+    lowered = {candidate.lower(): candidate for candidate in names}
+    return [lowered[c] for c in difflib.get_close_matches(name.lower(), list(lowered), n=n, cutoff=0.6)]
+
+
 def load(library: str) -> ModuleType:
     """The adapter module of ``library`` (imported now). Not installed: a ConfigError naming the
     extra to install (``pip install -e '.[<extra>]'``)."""
@@ -104,7 +112,8 @@ def split_id(env_id: str, key: str = "env.id") -> tuple[str, str]:
         except ConfigError as error:  # not installed
             raise _bad_id(key, env_id, str(error)) from None
         if name not in known:
-            raise _bad_id(key, env_id, f"{library} has no env {name!r}; its ids: {list(known)}")
+            raise _bad_id(key, env_id, f"{library} has no env {name!r}; closest: {close_names(name, known)}; "
+                                       f"its ids: {list(known)}")
         return library, name
     if ":" in env_id:  # a task of the user's own module (module:Class), resolved by envs/tokens.py
         return "tokens", env_id

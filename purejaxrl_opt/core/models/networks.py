@@ -119,6 +119,18 @@ class Torso(nn.Module):
         return x.reshape(batch_shape + (x.shape[-1],))
 
 
+def policy_input(spec: EnvSpec, obs: jnp.ndarray) -> jnp.ndarray:
+    """What the policy reads of observations ``[..., D]``: the first ``spec.policy_obs_size`` entries
+    for an asymmetric actor-critic (``env.params.critic_obs_key``), else all of them."""
+    return obs if spec.policy_obs_size is None else obs[..., :spec.policy_obs_size]
+
+
+def critic_input(spec: EnvSpec, obs: jnp.ndarray) -> jnp.ndarray:
+    """What the critic reads of observations ``[..., D]``: the entries after the policy's for an
+    asymmetric actor-critic (e.g. Playground's ``privileged_state``), else all of them."""
+    return obs if spec.policy_obs_size is None else obs[..., spec.policy_obs_size:]
+
+
 def action_mask_of(spec: EnvSpec, obs: jnp.ndarray) -> jnp.ndarray:
     """The legal-action mask ``[..., A]`` of observations ``[..., D]`` of an env with
     ``spec.action_mask``: their last ``A`` entries (envs/protocol: 1 = legal)."""
@@ -159,7 +171,7 @@ class Actor(nn.Module):
     @nn.compact
     def __call__(self, obs: jnp.ndarray) -> dict[str, jnp.ndarray]:
         x = Torso(len(self.spec.obs_shape), self.net.hidden_sizes, self.net.activation,
-                  self.net.cnn_channels, self.net.conv_impl)(obs)
+                  self.net.cnn_channels, self.net.conv_impl)(policy_input(self.spec, obs))
         out = _dense(self.spec.num_actions, 0.01)(x)
         if self.spec.discrete:
             return {"logits": masked(self.spec, out, obs)}
@@ -175,7 +187,7 @@ class Critic(nn.Module):
     @nn.compact
     def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
         x = Torso(len(self.spec.obs_shape), self.net.critic_sizes, self.net.activation,
-                  self.net.cnn_channels, self.net.conv_impl)(obs)
+                  self.net.cnn_channels, self.net.conv_impl)(critic_input(self.spec, obs))
         return _dense(1, 1.0)(x)[..., 0]
 
 
@@ -408,6 +420,7 @@ class _RecurrentNetwork(nn.Module):
         return h
 
     def embed(self, obs: jnp.ndarray) -> jnp.ndarray:
+        obs = critic_input(self.spec, obs) if self.critic else policy_input(self.spec, obs)
         return self.cell.project(self.torso(obs))
 
     def core(self, memory, embedded: jnp.ndarray):

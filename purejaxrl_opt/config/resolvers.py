@@ -1,0 +1,62 @@
+"""OmegaConf resolvers that composed configs may hold, registered before any config is resolved.
+
+``${brax_ppo_num_steps:NUM_ENVS,UNROLL_LENGTH,UNROLLS_PER_ENV,NUM_MINIBATCHES,ENV_ID}``: the rollout
+length of a Brax PPO config mapped onto ours at the run's ``algo.num_envs`` (the mapping:
+purejaxrl_opt/envs/playground_ppo.py). Brax collects ``batch_size * num_minibatches`` unrolls of
+``unroll_length`` steps per training step from its ``num_envs`` envs, i.e. ``UNROLLS_PER_ENV`` unrolls
+per env; kept per env at any ``num_envs``, one update here is ``num_steps = UNROLL_LENGTH *
+UNROLLS_PER_ENV`` steps of every env, and Brax's minibatch of whole unrolls stays whole only when
+``num_envs * UNROLLS_PER_ENV`` splits into ``NUM_MINIBATCHES`` equal parts. Any other ``num_envs`` is a
+ConfigError naming ``algo.num_envs`` and the allowed values. The value depends on the run's
+``algo.num_envs``, so an override of it on the command line is seen (it is resolved after
+composition), and the recorded config keeps the expression.
+
+Registered by :func:`register` (idempotent): by the Hydra plugin (hydra_plugins/purejaxrl_opt_envs)
+when Hydra starts, and by :func:`purejaxrl_opt.config.schema.from_dictconfig` before it resolves.
+"""
+
+from __future__ import annotations
+
+import math
+
+from purejaxrl_opt.config.errors import ConfigError
+
+NUM_STEPS = "brax_ppo_num_steps"
+
+
+def brax_ppo_num_steps(num_envs, unroll_length, unrolls_per_env, num_minibatches, env_id="") -> int:
+    """``unroll_length * unrolls_per_env`` after checking that ``num_envs`` keeps Brax's minibatches
+    whole (``num_envs * unrolls_per_env`` divisible by ``num_minibatches``)."""
+    for name, value in (("unroll_length", unroll_length), ("unrolls_per_env", unrolls_per_env),
+                        ("num_minibatches", num_minibatches)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{NUM_STEPS}: {name} = {value!r} must be a positive int")
+    step = num_minibatches // math.gcd(unrolls_per_env, num_minibatches)
+    if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1 or num_envs % step:
+        raise ConfigError(
+            f"config key 'algo.num_envs' = {num_envs!r} is invalid for Playground's PPO config of {env_id}: "
+            f"must be a positive multiple of {step} (each env runs {unrolls_per_env} unrolls of "
+            f"{unroll_length} steps per update, and the num_envs x {unrolls_per_env} unrolls must split "
+            f"into num_minibatches = {num_minibatches} equal minibatches of whole unrolls, as Brax's "
+            f"batch_size x num_minibatches does); e.g. {step}, {2 * step}, {4 * step}, {8 * step}, "
+            f"{16 * step}")
+    return unroll_length * unrolls_per_env
+
+
+def register() -> None:
+    """Register this module's resolvers with OmegaConf (again: nothing happens)."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver(NUM_STEPS):
+        OmegaConf.register_new_resolver(NUM_STEPS, brax_ppo_num_steps)
+
+
+def config_error_of(error: BaseException) -> ConfigError | None:
+    """The ConfigError a resolver raised, from the exception OmegaConf wrapped it in (its context
+    chain), or None."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, ConfigError):
+            return seen
+        seen = seen.__context__
+    return None
