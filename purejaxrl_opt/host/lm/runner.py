@@ -83,17 +83,21 @@ class LMSettings:
     checkpoint: CheckpointConfig = CheckpointConfig(final=False)
     resume: str | None = None
     parallel: ParallelConfig = ParallelConfig()  # data x fsdp devices (the layout is not in the fingerprint)
+    # start from the model an SFT run trained (its run dir, python -m purejaxrl_opt.sft env=lm/<task>)
+    init_from: str | None = None
+    logger: LoggerConfig = LoggerConfig()  # kind wandb: rows, held-out results and the samples table
 
     @property
     def algo_name(self) -> str:
-        return "grpo" if isinstance(self.algo, GRPOConfig) else "ppo"
+        return {GRPOConfig: "grpo", PPOLMConfig: "ppo"}.get(type(self.algo), "sft")
 
     def fingerprint(self) -> dict:
         """What determines the trained arrays: everything but the evaluation and output settings."""
+        start = {"init_from": self.init_from} if self.init_from is not None else {}
         return json.loads(json.dumps({"algo": dataclasses.asdict(self.algo),
                                       "model": dataclasses.asdict(self.model),
                                       "lm": dataclasses.asdict(self.lm), "env": dataclasses.asdict(self.env),
-                                      "seed": self.seed}, default=str))
+                                      "seed": self.seed, **start}, default=str))
 
 
 # --------------------------------------------------------------------------- config
@@ -118,9 +122,13 @@ def parse_settings(cfg) -> LMSettings:
         algo = ppo_config(algo_raw, lm)
     for key, allowed, why in (("num_seeds", (1,), "one model per run; run seeds as separate runs (-m seed=...)"),
                               ("total_timesteps", (None,), "the length is lm.num_updates"),
-                              ("network", (None,), "the network is model.path"),
-                              ("init_from", (None,), "the start is model.path")):
+                              ("network", (None,), "the network is model.path")):
         _check(raw.get(key) in allowed, key, raw.get(key), f"{allowed[0]!r} on a language-model run ({why})")
+    init_from = raw.get("init_from")
+    _check(init_from is None or (isinstance(init_from, str) and init_from), "init_from", init_from,
+           "null or the run dir of a language-model SFT (python -m purejaxrl_opt.sft env=lm/<task>)")
+    if init_from is not None:
+        init_from_model(init_from, model)
     fields = {f.name: f for f in dataclasses.fields(RunConfig)}
     top = {k: _coerce(k, raw[k], fields[k].type) for k in ("seed", *EVAL_ONLY) if k in raw}
     settings = LMSettings(algo=algo, model=model, lm=lm, env=env, **top)
@@ -139,8 +147,10 @@ def parse_settings(cfg) -> LMSettings:
         _check(getattr(parallel, key) is None, f"parallel.{key}", getattr(parallel, key),
                "null on a language-model run (one process; its devices form the parallel.data x parallel.fsdp mesh)")
     logger = parse_section(LoggerConfig, raw.get("logger"), "logger")
-    _check(logger.kind in ("none", "console"), "logger.kind", logger.kind,
-           "'console' or 'none' on a language-model run (metrics.csv and summary.json hold everything)")
+    if logger.kind == "wandb":
+        from purejaxrl_opt.host.loggers import LMWandB
+
+        LMWandB(logger)  # online mode without credentials: refused here, before anything loads
     resume = raw.get("resume")
     _check(resume is None or isinstance(resume, str), "resume", resume, "null or a run directory")
     # a language-model run resumes from its newest checkpoint only
@@ -151,7 +161,7 @@ def parse_settings(cfg) -> LMSettings:
     return dataclasses.replace(
         settings, progress=parse_section(ProgressConfig, raw.get("progress"), "progress"),
         checkpoint=parse_section(CheckpointConfig, raw.get("checkpoint"), "checkpoint"), resume=resume,
-        parallel=parallel)
+        parallel=parallel, init_from=init_from, logger=logger)
 
 
 def ppo_config(algo_raw: dict, lm: LMTrainConfig) -> PPOLMConfig:
@@ -188,13 +198,40 @@ def default_model_path() -> str:
     return "tiny"
 
 
-def load_model(model: ModelConfig):
-    """The run's :class:`purejaxrl_opt.host.lm.LanguageModel` (``model.path``: a file, ``tiny``, or null). The
-    tiny model is drawn from a fixed key: like a file, it is the same for every run seed."""
+def init_from_model(init_from: str, model: ModelConfig) -> Path:
+    """The Hugging Face directory ``init_from`` names: an SFT run dir of a language model (its
+    ``model/``, :mod:`purejaxrl_opt.host.lm.sft`) or such a directory itself. ConfigError naming
+    ``init_from`` when it is neither, or when ``model.path`` names another model than the one the SFT
+    run started from."""
+    path = Path(init_from)
+    found = next((p for p in (path / "model", path) if (p / "config.json").is_file()), None)
+    if found is None:
+        raise ConfigError(f"config key 'init_from' = {init_from!r} is invalid: not the run dir of a "
+                          "language-model SFT (python -m purejaxrl_opt.sft env=lm/<task>: it has model/) "
+                          "nor a Hugging Face model directory")
+    summary = _read_summary(path / "summary.json") if found != path else None
+    started = (summary or {}).get("model_path", model.path)
+    _check(model.path is None or model.path == started, "model.path", model.path,
+           f"null or {started!r} with init_from = {init_from!r} (the SFT run started from {started!r}; "
+           "the run starts from its trained model)")
+    return found
+
+
+def _read_summary(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def load_model(model: ModelConfig, init_from: str | None = None):
+    """The run's :class:`purejaxrl_opt.host.lm.LanguageModel` (``model.path``: a file, ``tiny``, or null;
+    ``init_from``: the model an SFT run trained). The tiny model is drawn from a fixed key: like a
+    file, it is the same for every run seed."""
     from purejaxrl_opt.host.lm import load
     from purejaxrl_opt.host.lm.tiny import tiny_model
 
-    path = model.path or default_model_path()
+    path = str(init_from_model(init_from, model)) if init_from else model.path or default_model_path()
     # LoRA keeps the frozen base in model.dtype; full fine-tuning trains a float32 master copy
     dtype = model.dtype if model.lora_rank > 0 else "float32"
     if path == "tiny":
@@ -202,7 +239,7 @@ def load_model(model: ModelConfig):
     try:
         return load(path, dtype)
     except ConfigError as error:
-        raise ConfigError(f"config key 'model.path' = {path!r}: {error}") from None
+        raise ConfigError(f"config key '{'init_from' if init_from else 'model.path'}' = {path!r}: {error}") from None
 
 
 # --------------------------------------------------------------------------- checkpoints
@@ -272,24 +309,34 @@ class Run:
                            self.model.tokenizer.pad_id)
 
 
-def build(settings: LMSettings) -> Run:
-    """Load the task and the model and describe the compiled step (nothing compiled yet)."""
+def build(settings: LMSettings, trainer_cls=None, batch_sizes: dict[str, int] | None = None,
+          num_updates: int | None = None) -> Run:
+    """Load the task and the model and describe the compiled step (nothing compiled yet): the run's
+    trainer (GRPO or PPO by ``algo.name``), or ``trainer_cls`` (built like them, with ``num_updates``
+    steps) whose batches are ``batch_sizes`` (what a config names -> completions; they must divide
+    over the devices)."""
     import importlib
 
     from purejaxrl_opt.config.schema import hyperparameters
     from purejaxrl_opt.host.parallel import lm_mesh
 
-    algo, lm, name = settings.algo, settings.lm, settings.algo_name
-    prompts = algo.num_groups if name == "grpo" else algo.num_prompts
-    completions = prompts * algo.group_size
-    micro = lm.micro_batch_size or completions // algo.num_minibatches
-    what = "num_groups" if name == "grpo" else "num_prompts"
-    mesh = lm_mesh(settings.parallel, {f"{name}.{what} x {name}.group_size": completions,
-                                       "the micro-batch (lm.micro_batch_size, else the minibatch)": micro})
+    algo, lm = settings.algo, settings.lm
+    if trainer_cls is None:
+        name = settings.algo_name
+        prompts = algo.num_groups if name == "grpo" else algo.num_prompts
+        completions = prompts * algo.group_size
+        what = "num_groups" if name == "grpo" else "num_prompts"
+        batch_sizes = {f"{name}.{what} x {name}.group_size": completions,
+                       "the micro-batch (lm.micro_batch_size, else the minibatch)":
+                           lm.micro_batch_size or completions // algo.num_minibatches}
+        module, cls = ALGORITHMS[name]
+        trainer_cls = getattr(importlib.import_module(f"purejaxrl_opt.core.algos.{module}"), cls)
+        num_updates = lm.num_updates
+    mesh = lm_mesh(settings.parallel, batch_sizes)
     task = data.load_task(settings.env.id, dict(settings.env.params))
     _check(settings.eval_episodes <= len(task.held_out), "eval_episodes", settings.eval_episodes,
            f"<= env.params.num_eval = {len(task.held_out)} (the held-out prompts)")
-    model = load_model(settings.model)
+    model = load_model(settings.model, settings.init_from)
     chat = data.use_chat(task.chat, model.tokenizer)
     held_out = task.held_out[:settings.eval_episodes]
     rows = task.train + held_out
@@ -302,11 +349,9 @@ def build(settings: LMSettings) -> Run:
            f"max_position_embeddings = {model.cfg.max_position_embeddings}")
     sampling = model.sampling_config(lm.max_new_tokens, lm.temperature, lm.top_k, lm.top_p)
     cfg = model.cfg if settings.model.lora_rank > 0 else model.cfg.replace(dtype=settings.model.dtype)
-    module, cls = ALGORITHMS[name]
-    trainer_cls = getattr(importlib.import_module(f"purejaxrl_opt.core.algos.{module}"), cls)
-    trainer = trainer_cls(settings.algo, lm, settings.model, cfg, sampling, prompt_len, lm.num_updates, mesh)
-    return Run(settings, task, model, trainer, {id(r): i for r, i in zip(rows, ids)}, held_out,
-               hyperparameters(settings.algo), mesh)
+    trainer = trainer_cls(settings.algo, lm, settings.model, cfg, sampling, prompt_len, num_updates, mesh)
+    hparams = hyperparameters(algo) if hasattr(algo, "SWEEPABLE") else {}
+    return Run(settings, task, model, trainer, {id(r): i for r, i in zip(rows, ids)}, held_out, hparams, mesh)
 
 
 def evaluate(run: Run, params, seed: int) -> tuple[dict, list[dict]]:
@@ -360,6 +405,20 @@ def evaluate(run: Run, params, seed: int) -> tuple[dict, list[dict]]:
     return result, examples
 
 
+def params_digest(params) -> str:
+    """sha256 over every leaf of ``params`` (its path, dtype, shape and bytes, in tree order)."""
+    import hashlib
+
+    import jax
+
+    digest = hashlib.sha256()
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        array = np.ascontiguousarray(jax.device_get(leaf))
+        digest.update(f"{jax.tree_util.keystr(path)}|{array.dtype}|{array.shape}|".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
 def _json_number(x) -> float | None:
     return None if math.isnan(float(x)) else float(x)
 
@@ -391,6 +450,9 @@ def execute(settings: LMSettings, out_dir) -> dict:
     init_key, key = jax.random.split(jax.random.key(settings.seed))
     state, frozen = trainer.init(run.model.params, init_key)
     num_params = int(sum(np.size(x) for x in jax.tree_util.tree_leaves(run.model.params)))
+    # the SFT run records the digest of the model it trained: the same digest here says this run
+    # starts from exactly those weights
+    start_digest = params_digest(run.model.params) if settings.init_from else None
     if settings.model.lora_rank == 0:  # the trained copy replaces the loaded one (LoRA's base is `frozen`)
         run.model = dataclasses.replace(run.model, params=None)
     start, rows, evaluations = 0, [], []
@@ -400,11 +462,20 @@ def execute(settings: LMSettings, out_dir) -> dict:
     state, frozen = run.place_state(state), run.place_state(frozen)
     out_dir.mkdir(parents=True, exist_ok=True)
     policy_params = jax.jit(trainer.current_policy)
+    wandb_sink = None
+    if settings.logger.kind == "wandb":
+        from purejaxrl_opt.host.loggers import LMWandB
+
+        wandb_sink = LMWandB(settings.logger)
+        wandb_sink.start(settings.fingerprint(), out_dir, f"{settings.algo_name}-{settings.env.id}-s{settings.seed}",
+                         f"{settings.algo_name}-{settings.env.id}", start, lm.num_updates)
     eval_seed = settings.seed + 1_000_003
     if start == 0:
         before, _ = evaluate(run, policy_params(state.trained, frozen), eval_seed)
         evaluations.append({"update": 0, **before})
         say(f"[{tag}] held-out before training: {before}")
+        if wandb_sink is not None:
+            wandb_sink.evaluation(evaluations[-1])
     compile_start = time.perf_counter()
     examples: list[dict] = []
     for update in range(start, lm.num_updates):
@@ -427,6 +498,8 @@ def execute(settings: LMSettings, out_dir) -> dict:
                "time/generate_s": t1 - t0, "time/reward_s": t2 - t1, "time/update_s": t3 - t2}
         rows.append(row)
         say(_line(tag, update + 1, lm.num_updates, row))
+        if wandb_sink is not None:
+            wandb_sink.row(row)
         examples = [{"prompt": p, "completion": c, "reward": float(r),
                      **{name: _json_number(v[i]) for name, v in per_name.items()}}
                     for i, (p, c, r) in enumerate(zip(prompts, texts, total))][:lm.num_examples]
@@ -435,6 +508,8 @@ def execute(settings: LMSettings, out_dir) -> dict:
             result, _ = evaluate(run, policy_params(state.trained, frozen), eval_seed)
             evaluations.append({"update": done, **result})
             say(f"[{tag}] held-out at update {done}: {result}")
+            if wandb_sink is not None:
+                wandb_sink.evaluation(evaluations[-1])
         every = settings.checkpoint.every_updates
         if (every and done % every == 0) or (done == lm.num_updates and settings.checkpoint.final):
             save_checkpoint(out_dir, state, done, settings, rows, evaluations, settings.checkpoint.keep)
@@ -445,11 +520,11 @@ def execute(settings: LMSettings, out_dir) -> dict:
     say(f"[{tag}] held-out after training: {after}")
 
     _write_rows(out_dir / "metrics.csv", rows)
+    samples = ([{"split": "train", "update": lm.num_updates, **example} for example in examples]
+               + [{"split": "held_out", **example} for example in eval_examples[:lm.num_examples]])
     with open(out_dir / "examples.jsonl", "w") as handle:
-        for example in examples:
-            handle.write(json.dumps({"split": "train", "update": lm.num_updates, **example}) + "\n")
-        for example in eval_examples[:lm.num_examples]:
-            handle.write(json.dumps({"split": "held_out", **example}) + "\n")
+        for example in samples:
+            handle.write(json.dumps(example) + "\n")
     model_dir = None
     if lm.save_model:
         model_dir = out_dir / "model"
@@ -473,8 +548,12 @@ def execute(settings: LMSettings, out_dir) -> dict:
         "seconds_per_update": times, "train_seconds": train_seconds,
         "model_dir": str(model_dir) if model_dir else None, "device": describe_device(),
         "commit": git_commit(), "start_update": start,
+        **({"init_from": settings.init_from, "start_params_digest": start_digest} if settings.init_from else {}),
     }
     write_json_atomic(out_dir / "summary.json", summary)
+    if wandb_sink is not None:
+        wandb_sink.evaluation(evaluations[-1])
+        wandb_sink.finish(summary, samples)
     return summary
 
 
