@@ -143,9 +143,6 @@ def parse_settings(cfg) -> LMSettings:
     _check(sweep.vmap is None and sweep.random is None, "sweep.vmap", sweep.vmap,
            "null on a language-model run (one model per run; sweep with Hydra's -m)")
     parallel = parse_section(ParallelConfig, raw.get("parallel"), "parallel")
-    for key in ("coordinator", "num_processes", "process_id"):
-        _check(getattr(parallel, key) is None, f"parallel.{key}", getattr(parallel, key),
-               "null on a language-model run (one process; its devices form the parallel.data x parallel.fsdp mesh)")
     logger = parse_section(LoggerConfig, raw.get("logger"), "logger")
     if logger.kind == "wandb":
         from purejaxrl_opt.host.loggers import LMWandB
@@ -245,6 +242,11 @@ def load_model(model: ModelConfig, init_from: str | None = None):
 # --------------------------------------------------------------------------- checkpoints
 def save_checkpoint(run_dir: Path, state, update: int, settings: LMSettings, rows: list, evaluations: list,
                     keep: int | None) -> None:
+    from purejaxrl_opt.host.parallel import is_main_process, to_host
+
+    state = to_host(state)  # with several processes a collective: every process gathers, one writes
+    if not is_main_process():
+        return
     checkpoint.save_tree(checkpoint.checkpoint_dir(run_dir) / str(update), state,
                          {"update": update, "fingerprint": {"config": settings.fingerprint()},
                           "rows": rows, "evaluations": evaluations})
@@ -317,6 +319,8 @@ def build(settings: LMSettings, trainer_cls=None, batch_sizes: dict[str, int] | 
     over the devices)."""
     import importlib
 
+    import jax
+
     from purejaxrl_opt.config.schema import hyperparameters
     from purejaxrl_opt.host.parallel import lm_mesh
 
@@ -333,6 +337,15 @@ def build(settings: LMSettings, trainer_cls=None, batch_sizes: dict[str, int] | 
         trainer_cls = getattr(importlib.import_module(f"purejaxrl_opt.core.algos.{module}"), cls)
         num_updates = lm.num_updates
     mesh = lm_mesh(settings.parallel, batch_sizes)
+    if jax.process_count() > 1:  # several processes (jax.distributed): the mesh spans all their devices
+        # orbax's save is a collective over the processes while only process 0 writes here: not yet
+        for key, value in (("checkpoint.every_updates", settings.checkpoint.every_updates),
+                           ("checkpoint.final", settings.checkpoint.final), ("resume", settings.resume)):
+            _check(not value, key, value, f"off with several processes ({jax.process_count()}): language-model "
+                   "checkpoints are written by one process only for now")
+        _check(settings.parallel.data * settings.parallel.fsdp == len(jax.devices()), "parallel.data",
+               settings.parallel.data, f"such that parallel.data x parallel.fsdp = {len(jax.devices())}, the "
+               f"devices of the {jax.process_count()} processes (each process feeds its own devices)")
     task = data.load_task(settings.env.id, dict(settings.env.params))
     _check(settings.eval_episodes <= len(task.held_out), "eval_episodes", settings.eval_episodes,
            f"<= env.params.num_eval = {len(task.held_out)} (the held-out prompts)")
@@ -362,6 +375,7 @@ def evaluate(run: Run, params, seed: int) -> tuple[dict, list[dict]]:
 
     from purejaxrl_opt.core.stages.evaluation import pass_at_k
     from purejaxrl_opt.core.models.sampling import generate
+    from purejaxrl_opt.host.parallel import to_host
 
     settings, trainer = run.settings, run.trainer
     sampled = trainer.sampling
@@ -374,7 +388,8 @@ def evaluate(run: Run, params, seed: int) -> tuple[dict, list[dict]]:
             chunk = rows[start:start + batch_size]
             tokens, mask = run.prompt_batch(chunk + [chunk[0]] * (batch_size - len(chunk)))
             tokens, mask = np.repeat(tokens, repeat, axis=0), np.repeat(mask, repeat, axis=0)
-            out, num = generate(params, trainer.cfg, sampling, tokens, mask, jax.random.fold_in(key, start))
+            tokens, mask = run.place_batch((tokens, mask))
+            out, num = to_host(generate(params, trainer.cfg, sampling, tokens, mask, jax.random.fold_in(key, start)))
             out, num = np.asarray(out)[:len(chunk) * repeat], np.asarray(num)[:len(chunk) * repeat]
             texts += run.decode(out, num)
             lengths += num.tolist()
@@ -439,6 +454,9 @@ def execute(settings: LMSettings, out_dir) -> dict:
     from purejaxrl_opt.host.artifacts import describe_device, git_commit, write_json_atomic
     from purejaxrl_opt.host.parallel import to_host
 
+    from purejaxrl_opt.host.parallel import is_main_process
+
+    main_process = is_main_process()  # only process 0 of several (jax.distributed) writes anything
     out_dir = Path(settings.resume or out_dir)
     if settings.resume is None and checkpoint.tree_steps(out_dir):
         raise checkpoint.CheckpointError(f"{out_dir / checkpoint.DIRNAME} already holds checkpoints; continue "
@@ -446,7 +464,7 @@ def execute(settings: LMSettings, out_dir) -> dict:
     run = build(settings)
     trainer, lm, algo = run.trainer, settings.lm, settings.algo
     tag = f"lm-{settings.algo_name}"
-    say = print if settings.progress.mode != "off" else (lambda *_: None)
+    say = print if settings.progress.mode != "off" and main_process else (lambda *_: None)
     init_key, key = jax.random.split(jax.random.key(settings.seed))
     state, frozen = trainer.init(run.model.params, init_key)
     num_params = int(sum(np.size(x) for x in jax.tree_util.tree_leaves(run.model.params)))
@@ -460,10 +478,11 @@ def execute(settings: LMSettings, out_dir) -> dict:
         state, start, rows, evaluations = restore_checkpoint(out_dir, state, settings)
         say(f"[{tag}] resumed {out_dir} at update {start}")
     state, frozen = run.place_state(state), run.place_state(frozen)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if main_process:
+        out_dir.mkdir(parents=True, exist_ok=True)
     policy_params = jax.jit(trainer.current_policy)
     wandb_sink = None
-    if settings.logger.kind == "wandb":
+    if settings.logger.kind == "wandb" and main_process:
         from purejaxrl_opt.host.loggers import LMWandB
 
         wandb_sink = LMWandB(settings.logger)
@@ -492,7 +511,7 @@ def execute(settings: LMSettings, out_dir) -> dict:
         t2 = time.perf_counter()
         batch = run.place_batch(Batch(tokens, mask, completions, lengths, total))
         state, metrics = trainer.update(state, frozen, batch, run.hparams, update_key, donate=True)
-        metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        metrics = {k: float(v) for k, v in to_host(metrics).items()}
         t3 = time.perf_counter()
         row = {"update": update + 1, **metrics, **reward_lib.means(per_name),
                "time/generate_s": t1 - t0, "time/reward_s": t2 - t1, "time/update_s": t3 - t2}
@@ -518,6 +537,10 @@ def execute(settings: LMSettings, out_dir) -> dict:
     after, eval_examples = evaluate(run, final_params, eval_seed)
     evaluations.append({"update": lm.num_updates, **after})
     say(f"[{tag}] held-out after training: {after}")
+    final_params = to_host(final_params) if lm.save_model else None  # a collective with several processes
+    num_trained = int(sum(np.size(x) for x in jax.tree_util.tree_leaves(state.trained)))
+    if not main_process:
+        return {"held_out_after": after, "final_params": final_params}
 
     _write_rows(out_dir / "metrics.csv", rows)
     samples = ([{"split": "train", "update": lm.num_updates, **example} for example in examples]
@@ -530,7 +553,7 @@ def execute(settings: LMSettings, out_dir) -> dict:
         model_dir = out_dir / "model"
         if model_dir.exists():
             shutil.rmtree(model_dir)
-        trained_model = dataclasses.replace(run.model, cfg=trainer.cfg, params=jax.device_get(final_params))
+        trained_model = dataclasses.replace(run.model, cfg=trainer.cfg, params=final_params)
         trained_model.save(model_dir)
     timed = rows[start:]  # this process's updates; the first of them compiles
     times = {name: float(np.mean([r[f"time/{name}_s"] for r in timed[1:] or timed])) if timed else None
@@ -538,8 +561,9 @@ def execute(settings: LMSettings, out_dir) -> dict:
     summary = {
         "algo": settings.algo_name, "env": settings.env.id, "model": run.model.source,
         "config": settings.fingerprint(),
-        "num_params": num_params, "parallel": {"data": settings.parallel.data, "fsdp": settings.parallel.fsdp},
-        "num_trained_params": int(sum(np.size(x) for x in jax.tree_util.tree_leaves(state.trained))),
+        "num_params": num_params, "parallel": {"data": settings.parallel.data, "fsdp": settings.parallel.fsdp,
+                                               "processes": jax.process_count()},
+        "num_trained_params": num_trained,
         "num_updates": lm.num_updates, "train_prompts": len(run.task.train), "held_out_prompts": len(run.held_out),
         "prompt_length": trainer.prompt_len, "held_out_before": evaluations[0], "held_out_after": after,
         "evaluations": evaluations, "final_reward": rows[-1]["reward"] if rows else None,
@@ -578,8 +602,17 @@ def main(cfg, out_dir) -> float:
     """The training CLI's language-model path; returns the held-out accuracy after training (the
     mean held-out reward when the task has no accuracy reward), what Hydra's sweepers optimise."""
     from purejaxrl_opt.host import rundir
+    from purejaxrl_opt.host.parallel import is_main_process
 
     settings = parse_settings(cfg)
+    if not is_main_process():  # several processes: process 0 holds the run dir and writes everything
+        try:
+            summary = execute(settings, out_dir)
+        except reward_lib.RewardError as error:
+            print(f"purejaxrl_opt: reward function error: {error}", file=sys.stderr)
+            sys.exit(1)
+        after = summary["held_out_after"]
+        return float(after.get("accuracy", after["reward"]))
     # the run directory belongs to this run (as on the env path): a second run into it is refused,
     # and the recorded config is written only once the run is validated and holds the directory
     target = settings.resume or out_dir
