@@ -5,6 +5,12 @@ correct answers.
     python -m purejaxrl_opt.sft env=Addition-v0 sft.num_examples=256 sft.steps=600
     python -m purejaxrl_opt.train algo=grpo env=Addition-v0 init_from=<that run dir>
 
+On a pretrained language model (``env=lm/<task> model.path=...``) it trains on the task's reference
+answers and writes the model as a Hugging Face directory (:mod:`purejaxrl_opt.host.lm.sft`):
+
+    python -m purejaxrl_opt.sft env=lm/arithmetic model.path=MODEL sft.steps=200 sft.batch_size=16 sft.lr=1e-5
+    python -m purejaxrl_opt.train algo=grpo env=lm/arithmetic init_from=<that run dir>
+
 The run dir gets ``checkpoint/`` (the policy; RL runs start from it with ``init_from=<run dir>``,
 :func:`purejaxrl_opt.core.models.pretrained.load_policy` refuses one of another network, vocabulary
 or buffer length before anything is compiled), ``summary.json``, ``metrics.csv`` and ``examples.txt``.
@@ -18,6 +24,14 @@ from purejaxrl_opt.config.errors import ConfigError
 from purejaxrl_opt.config.schema import EnvConfig, NetworkConfig, build_section
 from purejaxrl_opt.core.algos.sft import SFTConfig
 from purejaxrl_opt.host.sft import run_sft
+
+
+def is_lm_task(cfg) -> bool:
+    """Whether the composed config's env is a language-model task (``env=lm/<task>``)."""
+    from purejaxrl_opt.host.lm.data import is_lm_task as lm_id
+
+    env = cfg.get("env") if hasattr(cfg, "get") else None
+    return env is not None and lm_id(env.get("id"))
 
 
 def config_from_hydra(cfg) -> tuple[EnvConfig, NetworkConfig, SFTConfig, int]:
@@ -47,6 +61,10 @@ def _main():
 
         logging.getLogger("jax").setLevel(logging.WARNING)
         try:
+            if is_lm_task(cfg):  # env=lm/<task>: a pretrained language model
+                from purejaxrl_opt.host.lm import sft as lm_sft
+
+                return lm_sft.main(cfg, HydraConfig.get().runtime.output_dir)
             env_cfg, net, sft_cfg, seed = config_from_hydra(cfg)
             summary = run_sft(env_cfg, net, sft_cfg, seed, HydraConfig.get().runtime.output_dir)
         except ConfigError as error:

@@ -90,7 +90,10 @@ def main(cfg: DictConfig) -> float:
     try:
         from purejaxrl_opt.host.lm import runner as lm_runner
 
-        if lm_runner.is_lm_run(cfg):  # env=lm/<task>: GRPO on a pretrained language model
+        if lm_runner.is_lm_run(cfg):  # env=lm/<task>: GRPO or PPO on a pretrained language model
+            from purejaxrl_opt.host import parallel
+
+            parallel.initialize_distributed(parse_parallel(cfg))  # before JAX uses a device
             return lm_runner.main(cfg, HydraConfig.get().runtime.output_dir)
         batched = _batched_search_job(cfg)
         result = run_from_config(cfg, out_dir, on_validated=lambda d: rundir.write_hydra_record(d, cfg))

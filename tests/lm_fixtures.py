@@ -38,3 +38,9 @@ def flaky(prompts, completions, **columns):
     if CALLS["flaky"] > CALLS["flaky_fails_after"]:
         raise RuntimeError("reward server went away")
     return [0.0] * len(completions)
+
+
+def digits(prompts, completions, **columns):
+    """The share of a completion's characters that are digits: a dense signal on the tiny model (about
+    one character in ten from the start)."""
+    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]

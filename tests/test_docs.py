@@ -196,6 +196,9 @@ def _validate_train(overrides: list[str]) -> None:
     from purejaxrl_opt.host.lm import runner as lm_runner
 
     if lm_runner.is_lm_run(cfg):  # env=lm/<task>: the language-model run's own checks
+        if cfg.get("init_from") == "RUN_DIR":  # a placeholder of an SFT run dir, as resume's above
+            with open_dict(cfg):
+                cfg.init_from = None
         lm_runner.parse_settings(cfg)
         return
     settings = parse_settings(cfg)
@@ -205,7 +208,13 @@ def _validate_train(overrides: list[str]) -> None:
 def _validate_sft(overrides: list[str]) -> None:
     from purejaxrl_opt import sft
 
-    env_cfg, net, sft_cfg, _ = sft.config_from_hydra(_compose("sft", overrides))
+    cfg = _compose("sft", overrides)
+    if sft.is_lm_task(cfg):  # env=lm/<task>: the language-model SFT's own checks
+        from purejaxrl_opt.host.lm import sft as lm_sft
+
+        lm_sft.parse_settings(cfg)
+        return
+    env_cfg, net, sft_cfg, _ = sft.config_from_hydra(cfg)
     sft_cfg.validate()
     env_cfg.validate("env")
     net.validate("network")

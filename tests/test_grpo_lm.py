@@ -225,6 +225,6 @@ def test_config_errors_name_the_key(override, key):
 
 
 def test_cli_refuses_a_bad_key_before_compiling(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "purejaxrl_opt.train", "algo=ppo", "env=lm/countdown",
+    result = subprocess.run([sys.executable, "-m", "purejaxrl_opt.train", "algo=trpo", "env=lm/countdown",
                              f"hydra.run.dir={tmp_path}"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "algo.name" in result.stderr, result.stderr[-2000:]

@@ -6,6 +6,8 @@ subprocess (as tests/test_parallel.py)."""
 
 from __future__ import annotations
 
+import sys
+
 import jax
 import pytest
 
@@ -181,3 +183,67 @@ def test_a_mesh_that_does_not_fit_is_a_config_error():
         parallel.lm_mesh(ParallelConfig(data=2, fsdp=2), {"batch": 16, "lm.micro_batch_size": 6}, devices)
     with pytest.raises(ConfigError, match=r"parallel\.fsdp' = 2: sharding the params"):
         parallel.make_layout(ParallelConfig(fsdp=2), None, 1)
+
+
+MULTI_PROCESS = """
+import sys
+from purejaxrl_opt.host import parallel
+port, pid, num, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+if num > 1:
+    parallel.initialize_distributed({"coordinator": f"127.0.0.1:{port}", "num_processes": num,
+                                     "process_id": pid, "init_timeout_s": 60})
+import jax
+from purejaxrl_opt.host.lm import runner
+from tests.conftest import compose
+assert len(jax.devices()) == 4 and jax.process_count() == num, jax.devices()
+settings = runner.parse_settings(compose(
+    "algo=grpo", "env=lm/prompts", "env.params.generator=tests.lm_fixtures:digit_prompts",
+    "env.params.rewards=[tests.lm_fixtures:digits]", "env.params.num_eval=4", "eval_episodes=4",
+    "model.path=tiny", "model.tiny_hidden=32", "lm.max_new_tokens=4", "lm.num_updates=2",
+    "algo.num_groups=2", "algo.group_size=4", "algo.lr=0.01", "progress.mode=off", "lm.eval_batch_size=4",
+    "parallel.data=2", "parallel.fsdp=2"))
+runner.execute(settings, out)
+print("WORKER_OK", pid)
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_of_two_devices_match_one_process_of_four(tmp_path):
+    """jax.distributed on 127.0.0.1 (gloo CPU collectives), 2 processes x 2 simulated devices as one
+    2 x 2 (data x fsdp) mesh: the metrics and the saved model are those of one process with 4
+    devices on the same mesh (float tolerance); only process 0 writes."""
+    import csv
+    import os
+    import subprocess
+    import textwrap
+
+    import numpy as np
+
+    from purejaxrl_opt.host.lm import load
+    from tests.conftest import TEST_XLA_FLAGS
+    from tests.test_parallel import ROOT, _free_port
+
+    def start(pid, num, devices, out):
+        env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT),
+                   XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} " + " ".join(TEST_XLA_FLAGS))
+        return subprocess.Popen([sys.executable, "-c", textwrap.dedent(MULTI_PROCESS), str(port), str(pid), str(num),
+                                 str(out)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+
+    port = _free_port()
+    procs = [start(0, 1, 4, tmp_path / "one"), start(0, 2, 2, tmp_path / "out0"), start(1, 2, 2, tmp_path / "out1")]
+    try:
+        logs = [proc.communicate(timeout=400)[0] for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    for proc, log in zip(procs, logs):
+        assert proc.returncode == 0 and "WORKER_OK" in log, log[-3000:]
+    assert not (tmp_path / "out1").exists()  # process 1 wrote nothing
+    rows = [list(csv.DictReader(open(tmp_path / d / "metrics.csv"))) for d in ("one", "out0")]
+    for a, b in zip(*rows):
+        for key in ("reward", "policy_loss", "entropy", "completion_length"):
+            np.testing.assert_allclose(float(b[key]), float(a[key]), rtol=1e-3, atol=1e-5, err_msg=key)
+    one, two = (load(tmp_path / d / "model").params for d in ("one", "out0"))
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5), one, two)

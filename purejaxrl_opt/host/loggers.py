@@ -455,6 +455,79 @@ class WandB(Sink):
         self.wandb_run.finish()
 
 
+class LMWandB:
+    """W&B for a language-model run (:mod:`purejaxrl_opt.host.lm.runner`): the run's config at start,
+    every ``logger.every_updates``-th update's row of ``metrics.csv`` (and the last; the W&B step is
+    the update), each held-out evaluation as ``held_out/<metric>``, the final results in the run's
+    summary and the sample of prompts, completions and rewards (``examples.jsonl``) as the
+    ``wandb.Table`` ``samples``. Every call is made on the training loop's thread (a language-model
+    update takes seconds; a row costs W&B milliseconds). The run's W&B id is kept in
+    ``RUN_DIR/wandb_run.json``, as :class:`WandB` does: ``resume=RUN_DIR`` continues the same W&B run
+    from its checkpoint (the rows after it are logged again with the same values; W&B keeps one)."""
+
+    def __init__(self, cfg: LoggerConfig):
+        args = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "kind"}
+        args["tags"] = list(cfg.tags) if cfg.tags is not None else None
+        self.settings = WandB(**args)  # the same checks (mode, credentials) and W&B arguments
+        self.wandb_run = None
+
+    def start(self, config: dict, out_dir, name: str, group: str, start_update: int, num_updates: int) -> None:
+        import wandb
+
+        kwargs = {k: v for k, v in self.settings.kwargs.items() if v is not None}
+        if "dir" not in kwargs and not os.environ.get("WANDB_DIR"):
+            kwargs["dir"] = str(out_dir)
+        if "dir" in kwargs:
+            Path(kwargs["dir"]).mkdir(parents=True, exist_ok=True)
+        kwargs.setdefault("name", name)
+        kwargs.setdefault("group", group)
+        self.state_path = Path(out_dir) / WandB.STATE_FILE
+        previous = _read_json(self.state_path) if start_update > 0 else None
+        kwargs.update(id=previous["id"], resume="allow") if previous is not None else kwargs.update(id=_new_run_id())
+        self.stride = self.settings.every_updates or max(1, -(-num_updates // WandB.MAX_AUTO_ROWS))
+        self.num_updates = num_updates
+        state = {"id": kwargs["id"], "project": kwargs.get("project"), "entity": kwargs.get("entity"),
+                 "mode": kwargs.get("mode"), "group": kwargs.get("group"), "name": kwargs.get("name"),
+                 "dir": str(Path(kwargs.get("dir") or os.environ["WANDB_DIR"]).absolute())}
+        from purejaxrl_opt.host.artifacts import write_json_atomic
+
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.state_path, state)
+        settings = _settings(wandb, self.settings.system_stats, self.settings.capture_console)
+        self.wandb_run = wandb.init(config={**config, "run_dir": str(out_dir)}, settings=settings, **kwargs)
+
+    def row(self, row: dict) -> None:
+        """One update's row (``update``: 1-based, the W&B step)."""
+        update = int(row["update"])
+        if update % self.stride == 0 or update == self.num_updates:
+            self.wandb_run.log({k: v for k, v in row.items()}, step=update)
+
+    def evaluation(self, result: dict) -> None:
+        """A held-out evaluation (``update``: after how many updates; 0 = before training)."""
+        self.wandb_run.log({f"held_out/{k}": v for k, v in result.items() if k != "update"},
+                           step=int(result["update"]))
+
+    def finish(self, summary: dict, examples: list[dict]) -> None:
+        """The final results and the ``samples`` table (one row per example; a chat prompt as its JSON)."""
+        import json
+
+        import wandb
+
+        for key, value in summary.items():
+            if isinstance(value, (int, float, str)):
+                self.wandb_run.summary[key] = value
+        for key, value in summary.get("held_out_after", {}).items():
+            self.wandb_run.summary[f"held_out/{key}"] = value
+        names = sorted({k for e in examples for k in e} - {"split", "update", "prompt", "completion", "reward"})
+        columns = ["split", "update", "prompt", "completion", "reward", *names]
+        table = wandb.Table(columns=columns, data=[
+            [e.get("split"), e.get("update"),
+             e["prompt"] if isinstance(e["prompt"], str) else json.dumps(e["prompt"]),
+             e["completion"], e["reward"], *[e.get(n) for n in names]] for e in examples])
+        self.wandb_run.log({"samples": table}, step=self.num_updates)
+        self.wandb_run.finish()
+
+
 def _new_run_id() -> str:
     """A W&B run id as W&B makes them (8 characters of a-z0-9), without importing wandb here:
     its import (seconds on a loaded machine) happens on the logging thread, during the compile."""

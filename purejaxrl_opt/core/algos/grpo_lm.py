@@ -82,6 +82,10 @@ class LMGRPO(lm_policy.LMTrainer):
         return self.model.lora_rank > 0
 
     @property
+    def num_prompts(self) -> int:
+        return self.algo.num_groups
+
+    @property
     def num_completions(self) -> int:
         return self.algo.num_groups * self.algo.group_size
 

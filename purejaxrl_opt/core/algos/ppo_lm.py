@@ -108,8 +108,15 @@ class LMPPO(lm_policy.LMTrainer):
         self.algo.validate(self.lm)
 
     @property
+    def num_prompts(self) -> int:
+        return self.algo.num_prompts
+
+    @property
     def num_completions(self) -> int:
         return self.algo.num_prompts * self.algo.group_size
+
+    def current_policy(self, trained, frozen) -> dict:
+        return self.policy_params(trained["policy"], frozen)
 
     def init(self, params: dict, key: jax.Array) -> tuple[PPOLMState, Any]:
         """``(state, frozen)`` from the loaded ``params``."""

@@ -198,6 +198,11 @@ class LMTrainer:
         """The policy's params in ``cfg.dtype``: adapters merged into the base, or the master copy cast."""
         return policy_params(trained, frozen, self.model, self.cfg.jnp_dtype)
 
+    def current_policy(self, trained, frozen) -> dict:
+        """The policy's params in ``cfg.dtype`` from the whole trained state ``trained`` (a trainer whose
+        state holds more than the policy, e.g. a value model, picks the policy's part)."""
+        return self.policy_params(trained, frozen)
+
     def optimizer(self, learning_rate, max_grad_norm):
         from purejaxrl_opt.core.stages.optim import adamw
 

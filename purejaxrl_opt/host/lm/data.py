@@ -20,7 +20,7 @@ import importlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -57,6 +57,9 @@ class TaskData:
     chat: str  # one of CHAT_MODES
     system_prompt: str | None
     seed: int  # of the generation, the split and the order of training prompts
+    # row -> its reference completion (a built-in task's correct answer; lm/prompts: the row's
+    # `completion` column), what the SFT warm start trains on
+    reference: Callable[[dict], str] | None = None
 
 
 def is_lm_task(env_id: Any) -> bool:
@@ -249,7 +252,16 @@ def load_task(env_id: str, params: Mapping[str, Any]) -> TaskData:
         raise ConfigError(f"config key 'env.params.accuracy_reward' = {accuracy!r} is invalid: must be one "
                           f"of the run's rewards {[r.name for r in rewards]}")
     train, held_out = split(rows, num_eval, seed)
-    return TaskData(name, train, held_out, rewards, accuracy, chat, system_prompt, seed)
+    reference = builtin.reference if builtin is not None else _completion_column
+    return TaskData(name, train, held_out, rewards, accuracy, chat, system_prompt, seed, reference)
+
+
+def _completion_column(row: dict) -> str:
+    completion = row.get("completion")
+    if not isinstance(completion, str) or not completion:
+        raise ConfigError(f"a row of lm/prompts has no reference answer for SFT: it needs a 'completion' "
+                          f"string (row keys: {sorted(row)})")
+    return completion
 
 
 def train_rows(task: TaskData, update: int, num_prompts: int) -> list[dict]:

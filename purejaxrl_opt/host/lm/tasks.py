@@ -180,15 +180,17 @@ def countdown(num_problems: int, seed: int, num_numbers: int = 3, max_number: in
         if len(rows) == num_problems:
             break
         numbers = [int(n) for n in rng.integers(1, max_number + 1, num_numbers)]
-        _, value = _random_expression(list(rng.permutation(numbers)), rng)
+        expression, value = _random_expression(list(rng.permutation(numbers)), rng)
         if value.denominator != 1 or not 1 <= value <= max_target:
             continue
         problem = (tuple(numbers), int(value))
         if problem in seen:
             continue
         seen.add(problem)
+        # the expression the target came from: the reference answer of the SFT warm start
+        solution = expression[1:-1] if num_numbers > 1 else expression
         rows.append({"prompt": COUNTDOWN_PROMPT.format(numbers=numbers, target=int(value)),
-                     "numbers": numbers, "target": int(value)})
+                     "numbers": numbers, "target": int(value), "solution": solution})
     if len(rows) < num_problems:
         raise ValueError(f"only {len(rows)} distinct countdown problems of {num_numbers} numbers up to "
                          f"{max_number}; ask for fewer or widen the ranges")
@@ -247,13 +249,20 @@ class BuiltinTask:
     default_rewards: tuple[str, ...] = ("format", "correct")
     default_weights: tuple[float, ...] = (0.1, 1.0)
     accuracy_reward: str = "correct"  # a completion is correct when this reward is 1
+    # row -> a correct completion (the SFT warm start's target), or None
+    reference: Callable[[dict], str] | None = None
+
+
+def tagged(text) -> str:
+    return f"<answer>{text}</answer>"
 
 
 TASKS: dict[str, BuiltinTask] = {
     "countdown": BuiltinTask(countdown, {"format": answer_format, "correct": countdown_correct},
-                             {"num_numbers": int, "max_number": int, "max_target": int}),
+                             {"num_numbers": int, "max_number": int, "max_target": int},
+                             reference=lambda row: tagged(row["solution"])),
     "arithmetic": BuiltinTask(arithmetic, {"format": answer_format, "correct": number_correct},
-                              {"max_number": int, "steps": int}),
+                              {"max_number": int, "steps": int}, reference=lambda row: tagged(row["answer"])),
 }
 # reward functions any task may name (a JSONL file of problems with an `answer` column, say)
 GENERIC_REWARDS: dict[str, Callable] = {"answer_format": answer_format, "number_correct": number_correct,
