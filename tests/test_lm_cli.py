@@ -73,6 +73,7 @@ def test_ppo_on_a_language_model_from_the_cli(ppo_run):
     assert checkpoint.tree_steps(out) == [1, 2]
 
 
+@pytest.mark.slow  # GRPO's language-model resume is bitwise-checked in the fast tier (test_grpo_lm.py)
 def test_a_resumed_ppo_run_is_bitwise_the_uninterrupted_run(ppo_run, tmp_path, cli_env):
     out, _ = ppo_run
     resumed = tmp_path / "resumed"
