@@ -13,6 +13,11 @@ Order and budget: every (env, algo) at 1 and 1024 lanes first, then at 32 and 8,
 not an env. What is skipped, or fails (e.g. out of memory), is recorded with its reason; the JSON is
 rewritten after every measurement, so a killed run keeps what it measured.
 
+After the plan, GRPO on CartPole at 1 and 1,024 lanes again with ``algo.check_every=1`` (``grpo_check_every_1``:
+its update loop tests the budget every update) beside the plan's ``grpo`` (``check_every`` auto: every
+16 updates on a GPU, where a ``while_loop`` test reads its predicate back to the host; once per update
+on CPU and TPU, which decide on the device): what a per-update host sync costs there.
+
 ``DEVICE_CHECK_SMALL=1`` (or ``--small``): a dry run sized for a CPU: lanes 1 and 2 (1 on Playground
 and Craftax), short rollouts, one timed update; every env and algorithm still compiles and runs.
 
@@ -83,13 +88,21 @@ def plan(small: bool, env_ids=ENVS, algo_names=ALGOS, lanes=None) -> list[tuple[
     return order
 
 
+# GRPO's update loop testing its budget every update (algo.check_every=1) beside the backend's default
+# (auto: every 16 updates on a GPU, where each test reads the predicate back to the host): what the
+# per-update sync costs, on these envs and lane counts, after the main plan
+SYNC_CHECK = (("CartPole-v1", 1), ("CartPole-v1", 1024))
+SYNC_ALGO = "grpo_check_every_1"
+
+
 def run_config(env_id: str, algo: str, lanes: int, updates: int, small: bool, conv_impl: str = "auto"):
     from purejaxrl_opt.config.schema import algo_config, EnvConfig, NetworkConfig, RunConfig
 
     shape = shapes(env_id, small)
-    if algo == "grpo":
-        cfg = algo_config(algo)(num_groups=shape["num_groups"], group_size=shape["group_size"],
-                                 max_episode_steps=shape["max_episode_steps"], num_minibatches=1)
+    if algo in ("grpo", SYNC_ALGO):
+        cfg = algo_config("grpo")(num_groups=shape["num_groups"], group_size=shape["group_size"],
+                                  max_episode_steps=shape["max_episode_steps"], num_minibatches=1,
+                                  check_every=1 if algo == SYNC_ALGO else 0)
         per_update = shape["num_groups"] * shape["group_size"] * shape["max_episode_steps"]
     else:
         cfg = algo_config(algo)(num_envs=shape["num_envs"], num_steps=shape["num_steps"])
@@ -226,7 +239,8 @@ def measure(env_id: str, algo_name: str, lanes: int, updates: int, small: bool, 
               "env_steps_timed": int(after - before), "env_steps_per_s": round((after - before) / seconds, 1),
               "per_lane_env_steps_per_s": round((after - before) / seconds / lanes, 1),
               "shape": {"num_envs": run.algo.num_envs, "num_steps": getattr(run.algo, "num_steps", None)}
-              if algo_name != "grpo" else shapes(env_id, small), "lane_blocks": layout.lane_rows if layout.active else 1}
+              if not algo_name.startswith("grpo") else shapes(env_id, small),
+              "check_every": algo.check_every, "lane_blocks": layout.lane_rows if layout.active else 1}
     stats = _memory_stats()
     if stats:
         record["peak_bytes_in_use"] = stats
@@ -334,6 +348,21 @@ def main() -> None:
         except Exception as err:  # noqa: BLE001  (an OOM at 1024 lanes must not lose the rest)
             record_failure(payload, env_id, algo, lanes, err)
         write_payload(payload, out, start)
+    if "grpo" in args.algos and not args.peers_only:
+        for env_id, lanes in SYNC_CHECK:
+            if args.small and lanes > 2:
+                continue
+            if time.perf_counter() - start > args.budget_s:
+                payload["skipped"].append({"env": env_id, "algo": SYNC_ALGO, "lanes": lanes, "reason": "budget"})
+                continue
+            try:
+                record = measure(env_id, SYNC_ALGO, lanes, updates, args.small, env_cache, args.conv_impl)
+                payload["results"].append(record)
+                print(f"{env_id:32s} {SYNC_ALGO} lanes {lanes:5d}: {record['env_steps_per_s']:>14,.0f} env steps/s",
+                      flush=True)
+            except Exception as err:  # noqa: BLE001
+                record_failure(payload, env_id, SYNC_ALGO, lanes, err)
+            write_payload(payload, out, start)
     if args.peers:
         peer_rounds(args, payload, out, start, peer_updates, env_cache, brax)
     payload["elapsed_s"] = round(time.perf_counter() - start, 1)

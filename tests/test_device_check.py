@@ -42,6 +42,9 @@ def test_every_planned_config_validates():
     for env_id, algo, lanes in dc.plan(small=False) + dc.plan(small=True):
         run = dc.run_config(env_id, algo, lanes, updates=3, small=lanes <= 2)
         assert run.num_seeds == lanes and run.algo.name == algo
+    for env_id, lanes in dc.SYNC_CHECK:
+        run = dc.run_config(env_id, dc.SYNC_ALGO, lanes, updates=3, small=False)
+        assert run.algo.name == "grpo" and run.algo.check_every == 1
 
 
 @pytest.mark.slow  # two compiles of CartPole training
