@@ -98,6 +98,8 @@ def test_tanh_normal_maps_onto_the_env_bounds_and_keeps_brax_bounds_exact():
     np.testing.assert_array_equal(for_spec(False, "tanh_normal", mountain_car).postprocess(u), jnp.tanh(u))
 
 
+# the exactness of TRPO's pieces (KL, Fisher) is in the fast tier (above and tests/test_math.py)
+@pytest.mark.slow
 def test_tanh_normal_trpo_step_keeps_its_exact_kl_inside_the_trust_region():
     """TRPO with tanh_normal: the KL is the pre-squash Gaussians' (exact) and its Fisher the Hessian of
     that KL (tests/test_math.py); one trust-region step on a random batch moves the policy, and the mean
@@ -120,42 +122,6 @@ def test_tanh_normal_trpo_step_keeps_its_exact_kl_inside_the_trust_region():
     assert np.isfinite(float(metrics["entropy"]))
     dist_old, dist_new = parts.networks.policy.apply(params, obs), parts.networks.policy.apply(new, obs)
     np.testing.assert_allclose(float(jnp.mean(parts.dist.kl(dist_old, dist_new))), float(metrics["kl"]), rtol=1e-4)
-
-
-# ----------------------------------------------------------------------------- reward_scale
-def test_reward_scale_multiplies_the_rewards_gae_sees_and_not_the_episode_returns():
-    """One rollout through the PPO/TRPO stage at reward_scale 0.1, recomputed by hand from the same
-    rollout: GAE of 0.1 x the env's rewards; the episode statistics are the env's own returns."""
-    from purejaxrl_opt.core.stages import rollout
-    from purejaxrl_opt.core.stages.actor_critic import make_stage
-
-    run = RunConfig(algo=PPOConfig(num_envs=4, num_steps=32),
-                    env=EnvConfig(id="Pendulum-v1", reward_scale=0.1, params={"max_steps_in_episode": 20}),
-                    total_timesteps=128)
-    run.validate()
-    env, env_params, spec = envs.make(run.env.id, dict(run.env.params))
-    stage = make_stage(run, env, env_params, spec)
-    parts = stage.init(jax.random.PRNGKey(0))
-    hparams = {"gamma": jnp.float32(0.9), "gae_lambda": jnp.float32(0.95)}
-    key = jax.random.PRNGKey(1)
-    exp = stage.experience(parts.actor_params, parts.critic_params, None, parts.env, key, hparams)
-    _, batch, stats = rollout.collect(env, env_params, spec, stage.dist, stage.policy.apply, parts.actor_params,
-                                      None, parts.env, key, 32, True)
-    reward, done = np.asarray(batch.reward, np.float64), np.asarray(batch.done)
-    values = np.asarray(stage.value.apply(parts.critic_params, batch.obs), np.float64)
-    next_values = np.asarray(stage.value.apply(parts.critic_params, batch.final_obs), np.float64)
-    terminated = np.asarray(batch.terminated)
-    advantages, running = np.zeros_like(reward), np.zeros(4)
-    for t in reversed(range(32)):  # GAE by hand on 0.1 x the rewards
-        delta = 0.1 * reward[t] + 0.9 * (1 - terminated[t]) * next_values[t] - values[t]
-        running = delta + 0.9 * 0.95 * (1 - done[t]) * running
-        advantages[t] = running
-    np.testing.assert_allclose(exp.transitions.advantages, advantages.reshape(-1), rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(exp.transitions.returns, (advantages + values).reshape(-1), rtol=1e-4, atol=1e-5)
-    assert float(stats.count) == 4 and float(exp.stats.count) == 4  # episodes of 20 steps ended
-    # the episodes' returns are the env's: Pendulum's rewards are in [-16.3, 0], 20 steps each
-    np.testing.assert_array_equal(exp.stats.return_sum, stats.return_sum)
-    np.testing.assert_allclose(float(exp.stats.return_sum), reward[:20].sum(), rtol=1e-5)
 
 
 # ----------------------------------------------------------------------------- obs_norm_style=brax
@@ -187,36 +153,74 @@ def test_brax_obs_norm_is_brax_running_statistics():
     assert float(ours.std[3]) == pytest.approx(1e-6)
 
 
-def test_brax_obs_norm_updates_before_the_policy_step_and_the_rollout_acts_on_the_old():
-    """Brax's order in the stage: the rollout acts with the statistics it was given (its log-probs are
-    theirs); the statistics then absorb the rollout's observations, and GAE and the minibatches read the
-    updated ones; the next state's statistics are those."""
+# ----------------------------------------------------------------------------- the stage, all three on
+@pytest.fixture(scope="module")
+def stage_rollout():
+    """One rollout through the PPO/TRPO stage with reward_scale 0.1, Brax's observation statistics and
+    tanh_normal (20-step episodes, so some end inside it), from statistics of an earlier rollout; and the
+    same rollout collected directly (same key) with those statistics."""
     from purejaxrl_opt.core.stages import rollout
     from purejaxrl_opt.core.stages.actor_critic import make_stage
 
-    run = RunConfig(algo=PPOConfig(num_envs=4, num_steps=16),
-                    env=EnvConfig(id="Pendulum-v1", normalize_obs=True, obs_norm_style="brax"),
-                    network=NetworkConfig(action_dist="tanh_normal"), total_timesteps=64)
+    run = RunConfig(algo=PPOConfig(num_envs=4, num_steps=32),
+                    env=EnvConfig(id="Pendulum-v1", reward_scale=0.1, normalize_obs=True, obs_norm_style="brax",
+                                  params={"max_steps_in_episode": 20}),
+                    network=NetworkConfig(action_dist="tanh_normal"), total_timesteps=128)
     run.validate()
-    env, env_params, spec = envs.make(run.env.id)
+    env, env_params, spec = envs.make(run.env.id, dict(run.env.params))
     stage = make_stage(run, env, env_params, spec)
     parts = stage.init(jax.random.PRNGKey(0))
     assert isinstance(parts.obs_norm, envs.BraxObsNormState) and int(parts.obs_norm.count) == 0
     # statistics of an earlier rollout, so that acting with them differs from acting with the updated ones
-    before = envs.brax_obs_norm_update(parts.obs_norm, 3.0 * jax.random.normal(jax.random.PRNGKey(5), (64, 3)))
-    hparams = {"gamma": jnp.float32(0.99), "gae_lambda": jnp.float32(0.95)}
+    earlier = 3.0 * jax.random.normal(jax.random.PRNGKey(5), (64, 3))
+    before = envs.brax_obs_norm_update(parts.obs_norm, earlier)
+    hparams = {"gamma": jnp.float32(0.9), "gae_lambda": jnp.float32(0.95)}
     key = jax.random.PRNGKey(1)
     exp = stage.experience(parts.actor_params, parts.critic_params, before, parts.env, key, hparams)
-    _, batch, _ = rollout.collect(env, env_params, spec, stage.dist, stage.policy.apply, parts.actor_params,
-                                  before, parts.env, key, 16, True)
+    _, batch, stats = rollout.collect(env, env_params, spec, stage.dist, stage.policy.apply, parts.actor_params,
+                                      before, parts.env, key, 32, True)
+    return stage, parts, earlier, before, exp, batch, stats
+
+
+def test_reward_scale_multiplies_the_rewards_gae_sees_and_not_the_episode_returns(stage_rollout):
+    """GAE by hand (float64) on 0.1 x the rollout's rewards, with the critic's values of the observations
+    normalised by the updated statistics; the episode statistics are the env's own returns."""
+    stage, parts, _, _, exp, batch, stats = stage_rollout
+    reward, done = np.asarray(batch.reward, np.float64), np.asarray(batch.done)
+    normalised = envs.obs_norm_apply(exp.obs_norm, batch.obs)
+    values = np.asarray(stage.value.apply(parts.critic_params, normalised), np.float64)
+    next_values = np.asarray(stage.value.apply(parts.critic_params, envs.obs_norm_apply(exp.obs_norm, batch.final_obs)),
+                             np.float64)
+    terminated = np.asarray(batch.terminated)
+    advantages, running = np.zeros_like(reward), np.zeros(4)
+    for t in reversed(range(32)):
+        delta = 0.1 * reward[t] + 0.9 * (1 - terminated[t]) * next_values[t] - values[t]
+        running = delta + 0.9 * 0.95 * (1 - done[t]) * running
+        advantages[t] = running
+    np.testing.assert_allclose(exp.transitions.advantages, advantages.reshape(-1), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(exp.transitions.returns, (advantages + values).reshape(-1), rtol=1e-4, atol=1e-5)
+    assert float(exp.stats.count) == 4  # the 4 envs' first episodes ended at step 20
+    # the episodes' returns are the env's: the sum of its rewards over those 20 steps
+    np.testing.assert_array_equal(exp.stats.return_sum, stats.return_sum)
+    np.testing.assert_allclose(float(exp.stats.return_sum), reward[:20].sum(), rtol=1e-5)
+
+
+def test_brax_obs_norm_updates_before_the_policy_step_and_the_rollout_acts_on_the_old(stage_rollout):
+    """Brax's order in the stage: the rollout acts with the statistics it was given (its log-probs are
+    theirs); the statistics then absorb the rollout's observations (as Brax's update), and the values and
+    the minibatches' observations read the updated ones; the next state's statistics are those."""
+    stage, parts, earlier, before, exp, batch, _ = stage_rollout
     after = running_statistics.update(running_statistics.update(
-        running_statistics.init_state(jax.ShapeDtypeStruct((3,), jnp.float32)),
-        3.0 * jax.random.normal(jax.random.PRNGKey(5), (64, 3))), batch.obs)
+        running_statistics.init_state(jax.ShapeDtypeStruct((3,), jnp.float32)), earlier), batch.obs)
     np.testing.assert_allclose(exp.obs_norm.mean, after.mean, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(exp.obs_norm.std, after.std, rtol=1e-6)
+    assert int(exp.obs_norm.count) == 64 + 128
     normalised = running_statistics.normalize(batch.obs, after)
-    np.testing.assert_allclose(exp.transitions.obs, np.asarray(normalised).reshape(64, 3), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(exp.transitions.obs, np.asarray(normalised).reshape(128, 3), rtol=1e-5, atol=1e-6)
+    # the rollout's log-probs: of the stored pre-tanh actions, under the statistics it acted with
     np.testing.assert_array_equal(exp.transitions.log_prob_old, np.asarray(batch.log_prob).reshape(-1))
+    acted = stage.policy.apply(parts.actor_params, running_statistics.normalize(batch.obs, before))
+    np.testing.assert_allclose(stage.dist.log_prob(acted, batch.action), batch.log_prob, rtol=1e-5, atol=1e-5)
     values = stage.value.apply(parts.critic_params, normalised)
     np.testing.assert_allclose(exp.transitions.value_old, np.asarray(values).reshape(-1), rtol=1e-5, atol=1e-6)
     assert stage.next_obs_norm(before, exp) is exp.obs_norm
@@ -283,3 +287,48 @@ def test_a_cli_run_with_every_brax_option_trains_and_reports_env_returns(brax_op
     summary = json.loads((brax_options_cli_run / "summary.json").read_text())
     assert summary["config"]["network"]["action_dist"] == "tanh_normal"
     assert summary["config"]["env"]["obs_norm_style"] == "brax"
+
+
+def test_checkpoints_of_runs_before_these_keys_still_match_at_their_defaults():
+    """The fingerprint leaves the options out at their defaults (a checkpoint written before they existed
+    resumes), and names them once set."""
+    from purejaxrl_opt.formats.checkpoint import fingerprint
+
+    base = RunConfig(algo=PPOConfig(num_envs=4, num_steps=32), env=EnvConfig(id="Pendulum-v1"), total_timesteps=128)
+    config = fingerprint(base, None, ())["config"]
+    assert "reward_scale" not in config["env"] and "obs_norm_style" not in config["env"]
+    assert "action_dist" not in config["network"]
+    changed = RunConfig(algo=base.algo, env=EnvConfig(id="Pendulum-v1", reward_scale=10.0),
+                        network=NetworkConfig(action_dist="tanh_normal"), total_timesteps=128)
+    config = fingerprint(changed, None, ())["config"]
+    assert config["env"]["reward_scale"] == 10.0 and config["network"]["action_dist"] == "tanh_normal"
+
+
+# one agent's envs over 4 simulated devices (tests/test_parallel.py): Brax's statistics are those of the
+# global batch on every device, so the run equals the one-device run within float tolerance (the rollouts
+# differ in the last bits after the first pmean-ed update); tanh_normal's
+# sampled entropy draws per device, so it is checked to train, not to match
+@pytest.mark.slow
+def test_brax_options_data_parallel():
+    from tests.test_parallel import DATA_PARALLEL_PRELUDE, run_with_devices
+
+    out = run_with_devices(DATA_PARALLEL_PRELUDE + """
+from purejaxrl_opt.config.schema import EnvConfig, NetworkConfig, RunConfig
+def make(action_dist):
+    run = RunConfig(algo=PPOConfig(num_envs=8, num_steps=32, update_epochs=1, num_minibatches=1),
+                    env=EnvConfig(id="Pendulum-v1", normalize_obs=True, obs_norm_style="brax", reward_scale=0.1),
+                    network=NetworkConfig(action_dist=action_dist), total_timesteps=8 * 32 * 4, eval_episodes=2)
+    run.validate()
+    return run
+one, _ = train(make("gaussian"), 1)
+four, _ = train(make("gaussian"), 4)
+for a, b in zip(jax.tree_util.tree_leaves(one.algo_state.obs_norm), jax.tree_util.tree_leaves(four.algo_state.obs_norm)):
+    np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), rtol=1e-4, atol=1e-5)
+jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6),
+                       one.algo_state.params, four.algo_state.params)
+tanh, tanh_eval = train(make("tanh_normal"), 4)
+assert all(np.isfinite(np.asarray(v)).all() for k, v in tanh.metrics.items() if k not in ("return_mean", "episode_length"))
+assert np.isfinite(tanh_eval).all()
+print("BRAX_DATA_OK")
+""", timeout=400)
+    assert "BRAX_DATA_OK" in out
