@@ -12,7 +12,7 @@ import pytest
 
 from purejaxrl_opt import envs
 from purejaxrl_opt.core.stages import losses, rollout
-from purejaxrl_opt.core.models.distributions import Categorical, DiagGaussian
+from purejaxrl_opt.core.models.distributions import Categorical, DiagGaussian, TanhNormal
 
 
 def numpy_gae(rewards, values, next_values, terminated, truncated, gamma, lam):
@@ -132,14 +132,16 @@ def test_diag_gaussian_against_closed_forms():
     np.testing.assert_allclose(samples.std(0), std[0], rtol=0.02)
 
 
-@pytest.mark.parametrize("dist_name", ["categorical", "gaussian"])
+@pytest.mark.parametrize("dist_name", ["categorical", "gaussian", "tanh_normal"])
 def test_fisher_product_is_hessian_of_kl(dist_name):
     """``fisher_product`` = Hessian of KL(p || q) in q's parameters at q = p, applied to a vector."""
-    dist = Categorical() if dist_name == "categorical" else DiagGaussian()
+    dist = {"categorical": Categorical, "gaussian": DiagGaussian, "tanh_normal": TanhNormal}[dist_name]()
     if dist_name == "categorical":
         params = {"logits": jnp.array([0.3, -1.2, 0.8, 0.0])}
-    else:
+    elif dist_name == "gaussian":
         params = {"mean": jnp.array([0.4, -0.2]), "log_std": jnp.array([-0.5, 0.3])}
+    else:
+        params = {"loc": jnp.array([0.4, -0.2]), "raw_scale": jnp.array([-1.5, 0.3])}
     flat, unravel = ravel_pytree(params)
     hessian = jax.hessian(lambda f: dist.kl(params, unravel(f)))(flat)
     vector = jnp.linspace(-1.0, 1.0, flat.size)

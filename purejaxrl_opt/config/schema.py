@@ -75,8 +75,25 @@ class EnvConfig:
     # 1 keeps, 0 zeroes each observation entry (a partially observable variant of any env);
     # its length is checked against the env's observation size when the env is built (envs.make)
     obs_mask: tuple[int, ...] | None = None
+    # PPO/TRPO: rewards multiplied by this constant before GAE and the critic's targets (Brax PPO's
+    # reward_scaling, applied to the unroll's rewards in its loss); episode returns stay the env's
+    reward_scale: float = 1.0
+    # with normalize_obs: project (running mean/var frozen during a rollout, updated after the policy step,
+    # clip to +-10) | brax (Brax PPO's running_statistics: updated with each rollout's observations
+    # *before* its SGD epochs, which then read them; std floored at 1e-6, no clipping)
+    obs_norm_style: str = "project"
+
+    OBS_NORM_STYLES: ClassVar[tuple[str, ...]] = ("project", "brax")
 
     def validate(self, prefix: str) -> None:
+        positive(f"{prefix}.reward_scale", self.reward_scale)
+        one_of(f"{prefix}.obs_norm_style", self.obs_norm_style, self.OBS_NORM_STYLES)
+        _check(self.obs_norm_style == "project" or self.normalize_obs, f"{prefix}.obs_norm_style",
+               self.obs_norm_style, f"'project' with {prefix}.normalize_obs=false (it chooses how "
+               "observations are normalised; set normalize_obs=true)")
+        _check(self.reward_scale == 1.0 or not self.normalize_reward, f"{prefix}.reward_scale",
+               self.reward_scale, f"1.0 with {prefix}.normalize_reward=true (dividing by the return's "
+               "running std undoes any constant scale; choose one)")
         if self.obs_mask is not None:
             _check(len(self.obs_mask) > 0 and all(m in (0, 1) for m in self.obs_mask),
                    f"{prefix}.obs_mask", list(self.obs_mask), "null or a non-empty list of 0/1")
@@ -98,6 +115,11 @@ class NetworkConfig:
     activation: str = "tanh"
     cnn_channels: tuple[int, ...] = (16,)  # conv torso for image observations (MinAtar)
     log_std_init: float = 0.0  # initial log std of a diagonal Gaussian policy
+    # continuous actions: gaussian (state-free log-std, actions clipped to the bounds) | tanh_normal
+    # (Brax's NormalTanhDistribution: scale = softplus(raw) + 0.001 from the policy's output, action =
+    # tanh(sample) mapped onto the bounds; log-probs of the pre-tanh sample with the tanh Jacobian,
+    # entropy Brax's one-sample estimate). Discrete actions: categorical either way (tanh_normal refused)
+    action_dist: str = "gaussian"
     # recurrent cell between the torso and the heads of actor and critic (kind=mlp): none | gru | lstm
     recurrent: str = "none"
     recurrent_size: int = 64  # hidden state width of the recurrent cell
@@ -123,8 +145,14 @@ class NetworkConfig:
     KINDS: ClassVar[tuple[str, ...]] = ("mlp", "transformer")
     RECURRENT: ClassVar[tuple[str, ...]] = ("none", "gru", "lstm")
 
+    ACTION_DISTS: ClassVar[tuple[str, ...]] = ("gaussian", "tanh_normal")
+
     def validate(self, prefix: str) -> None:
         one_of(f"{prefix}.kind", self.kind, self.KINDS)
+        one_of(f"{prefix}.action_dist", self.action_dist, self.ACTION_DISTS)
+        _check(self.action_dist == "gaussian" or self.log_std_init == 0.0, f"{prefix}.log_std_init",
+               self.log_std_init, f"0.0 with {prefix}.action_dist={self.action_dist} (its scale is an "
+               "output of the policy network, there is no log-std parameter)")
         for name in ("d_model", "num_layers", "num_heads", "mlp_ratio"):
             positive(f"{prefix}.{name}", getattr(self, name))
         _check(self.d_model % self.num_heads == 0, f"{prefix}.num_heads", self.num_heads,
@@ -277,6 +305,12 @@ class RunConfig:
                "env.normalize_reward", self.env.normalize_reward,
                f"false for {self.algo.name} (it scales a critic's targets: PPO and TRPO only; GRPO's "
                "group z-scores already normalise its outcomes)")
+        for key, value, default in (("env.reward_scale", self.env.reward_scale, 1.0),
+                                    ("env.obs_norm_style", self.env.obs_norm_style, "project"),
+                                    ("network.action_dist", self.network.action_dist, "gaussian")):
+            _check(value == default or self.algo.name in ("ppo", "trpo"), key, value,
+                   f"{default!r} for {self.algo.name} (a Brax PPO option of the actor-critic stage: PPO "
+                   "and TRPO only)")
         self.network.validate("network")
         critic_obs_key = self.env.params.get("critic_obs_key") if isinstance(self.env.params, Mapping) else None
         _check(critic_obs_key is None or not self.network.shared, "network.shared", self.network.shared,

@@ -23,7 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from purejaxrl_opt.envs import registry
-from purejaxrl_opt.envs.normalisation import (ObsNormState, discounted_returns, obs_norm_apply,
+from purejaxrl_opt.envs.normalisation import (BraxObsNormState, ObsNormState, brax_obs_norm_init,
+                                              brax_obs_norm_update, discounted_returns, obs_norm_apply,
                                               obs_norm_init, obs_norm_update, reward_norm_init,
                                               reward_norm_scale)
 from purejaxrl_opt.envs.protocol import EnvSpec, keyed_reset, spec_of
@@ -87,7 +88,8 @@ def step_batch(env, env_params, keys: jax.Array, state, action):
     return jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, state, action, env_params)
 
 
-__all__ = ["ConfigError", "EnvSpec", "MaskedObservation", "ObsNormState", "discounted_returns",
+__all__ = ["BraxObsNormState", "ConfigError", "EnvSpec", "MaskedObservation", "ObsNormState",
+           "brax_obs_norm_init", "brax_obs_norm_update", "discounted_returns",
            "eval_params", "keyed_reset", "make", "obs_norm_apply", "obs_norm_init", "obs_norm_update",
            "registry", "reset_batch", "reward_norm_init", "reward_norm_scale", "spec_of", "step_batch",
            "to_env_action"]

@@ -1,12 +1,14 @@
 """Running statistics of observations and rewards (inside jit; the state is a pytree).
 
 Observations: a running mean/variance per entry (parallel Welford), frozen during each rollout and
-applied as ``clip((obs - mean) / sqrt(var + 1e-8), -10, 10)``. Rewards: divided by the running std of
-each env's discounted return (SB3's VecNormalize, gymnasium's NormalizeReward).
+applied as ``clip((obs - mean) / sqrt(var + 1e-8), -10, 10)``; or (``env.obs_norm_style=brax``) Brax
+PPO's running statistics (:class:`BraxObsNormState`), applied as ``(obs - mean) / std``. Rewards: divided
+by the running std of each env's discounted return (SB3's VecNormalize, gymnasium's NormalizeReward).
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax
@@ -74,8 +76,52 @@ def reward_norm_scale(stats: ObsNormState, reward: jnp.ndarray, clip: float = 10
     return jnp.clip(reward / jnp.sqrt(stats.var + 1e-8), -clip, clip)
 
 
-def obs_norm_apply(state: ObsNormState | None, obs: jnp.ndarray, clip: float = 10.0) -> jnp.ndarray:
+class BraxObsNormState(NamedTuple):
+    """Brax's running statistics of observations (brax.training.acme.running_statistics, Welford mode,
+    ``std_eps = 0``): ``mean``, ``summed_variance`` and ``std`` are ``[*obs_shape]``; ``count`` is the
+    observations seen (uint32 scalar; Brax keeps a two-word uint64, equal below 2^32 observations)."""
+
+    mean: jnp.ndarray
+    summed_variance: jnp.ndarray
+    std: jnp.ndarray
+    count: jnp.ndarray
+
+
+# Brax's running_statistics.update defaults: the std is clipped to [BRAX_STD_MIN, BRAX_STD_MAX]
+BRAX_STD_MIN, BRAX_STD_MAX = 1e-6, 1e6
+
+
+def brax_obs_norm_init(obs_shape: tuple[int, ...]) -> BraxObsNormState:
+    """Brax's ``init_state``: mean 0, std 1 (the first rollout acts on raw observations), count 0."""
+    zeros = jnp.zeros(obs_shape, jnp.float32)
+    return BraxObsNormState(zeros, zeros, jnp.ones(obs_shape, jnp.float32), jnp.zeros((), jnp.uint32))
+
+
+def brax_obs_norm_update(state: BraxObsNormState, batch: jnp.ndarray) -> BraxObsNormState:
+    """Merge a batch ``[..., *obs_shape]`` (every leading axis a batch axis) as Brax's
+    ``running_statistics.update`` does: the mean moves by the summed difference over the new count,
+    the summed variance by ``sum((x - mean_old) (x - mean_new))``, ``std = sqrt(summed_variance /
+    count)`` clipped to ``[1e-6, 1e6]`` (negative rounding residue floored at 0). No clipping of the
+    data, no prior count."""
+    batch_axes = tuple(range(batch.ndim - state.mean.ndim))
+    batch = batch.astype(jnp.float32)
+    count = state.count + jnp.asarray(math.prod(batch.shape[:len(batch_axes)]), jnp.uint32)
+    count_float = count.astype(jnp.float32)
+    diff_to_old_mean = batch - state.mean
+    mean = state.mean + jnp.sum(diff_to_old_mean, axis=batch_axes) / count_float
+    summed_variance = state.summed_variance + jnp.sum(diff_to_old_mean * (batch - mean), axis=batch_axes)
+    std = jnp.clip(jnp.sqrt(jnp.maximum(summed_variance, 0) / count_float), BRAX_STD_MIN, BRAX_STD_MAX)
+    return BraxObsNormState(mean, summed_variance, std, count)
+
+
+def obs_norm_apply(state: ObsNormState | BraxObsNormState | None, obs: jnp.ndarray,
+                   clip: float = 10.0) -> jnp.ndarray:
+    """Observations ``[..., *obs_shape]`` normalised with ``state`` (None: unchanged, as float32):
+    ``clip((obs - mean) / sqrt(var + 1e-8), -clip, clip)``, or Brax's ``(obs - mean) / std``
+    (:class:`BraxObsNormState`: no epsilon, no clipping, as Brax's PPO calls ``normalize``)."""
     obs = obs.astype(jnp.float32)
     if state is None:
         return obs
+    if isinstance(state, BraxObsNormState):
+        return (obs - state.mean) / state.std
     return jnp.clip((obs - state.mean) / jnp.sqrt(state.var + 1e-8), -clip, clip)

@@ -48,6 +48,10 @@ DIRNAME = "checkpoints"
 # keys of the run config that only affect the final evaluation, not the training state
 EVAL_ONLY_KEYS = ("eval_episodes", "eval_deterministic")
 IMPLEMENTATION_KEYS = ("conv_impl", "recurrent_grad")  # network keys (purejaxrl_opt/config/implementations.py)
+# (section, key) -> default of keys added after checkpoints of format 1 were written: left out of the
+# fingerprint at their default (they change nothing there), so those checkpoints still resume
+LATER_KEYS = {("env", "reward_scale"): 1.0, ("env", "obs_norm_style"): "project",
+              ("network", "action_dist"): "gaussian"}
 
 
 # the ``checkpoint`` section of a training run (composed in host/settings.py): when the runner saves
@@ -186,6 +190,9 @@ def fingerprint(run, plan, loop_shape) -> dict:
     for key in IMPLEMENTATION_KEYS:
         if config["network"].get(key) == "auto":
             config["network"].pop(key)
+    for (section, key), default in LATER_KEYS.items():
+        if config[section].get(key) == default:
+            config[section].pop(key)
     # through JSON so tuples compare equal to the lists read back from a manifest
     import json
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
+import numpy as np
+
 from purejaxrl_opt import envs
 from purejaxrl_opt.core.algos.base import Algorithm, TrainOutput, make_train as _make_train
 from purejaxrl_opt.config.schema import ALGORITHMS, RunConfig
@@ -64,6 +66,16 @@ def check_env_fit(run: RunConfig, spec) -> None:
     from purejaxrl_opt.core.models.policies import check_network
 
     check_network(run.network, spec)
+    if run.network.action_dist == "tanh_normal":
+        if spec.discrete:
+            raise ConfigError(f"config key 'network.action_dist' = 'tanh_normal' is invalid on {spec.env_id}: "
+                              f"its actions are discrete ({spec.num_actions} choices); must be 'gaussian' "
+                              "(a categorical policy either way)")
+        bounds = tuple(spec.action_low or ()) + tuple(spec.action_high or ())
+        if not bounds or not all(np.isfinite(bounds)):
+            raise ConfigError(f"config key 'network.action_dist' = 'tanh_normal' is invalid on {spec.env_id}: "
+                              f"its action bounds ({spec.action_low}, {spec.action_high}) are not finite, so "
+                              "there is no interval to squash onto; must be 'gaussian'")
     if run.env.normalize_obs and spec.action_mask:
         raise ConfigError(f"config key 'env.normalize_obs' = True is invalid on {spec.env_id}: the last "
                           f"{spec.num_actions} observation entries are its legal-action mask, which "
@@ -83,6 +95,9 @@ def check_env_fit(run: RunConfig, spec) -> None:
         if run.env.normalize_reward:
             raise ConfigError(f"config key 'env.normalize_reward' = True is invalid on the token env "
                               f"{spec.env_id}: one reward per answer; must be false")
+        if run.env.reward_scale != 1.0:
+            raise ConfigError(f"config key 'env.reward_scale' = {run.env.reward_scale} is invalid on the token "
+                              f"env {spec.env_id}: PPO on token envs has its own rollout; must be 1.0")
     elif run.eval_samples:
         raise ConfigError(f"config key 'eval_samples' = {run.eval_samples} is invalid on {spec.env_id}: "
                           "pass@k is measured on token envs only; must be 0")

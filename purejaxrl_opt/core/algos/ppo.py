@@ -102,16 +102,16 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
         opt_state = adam(hparams, hparams["lr"]).init(ravel_pytree(params)[0])
         return PPOState(params, opt_state, parts.env, parts.obs_norm, parts.key, parts.reward_norm)
 
-    def loss_fn(params, mb: Transitions, hparams):
+    def loss_fn(params, mb: Transitions, hparams, key=None):
         # recurrent: mb is Sequences ([M, T] leaves), replayed from their start states; every term is
-        # elementwise, then a plain mean
+        # elementwise, then a plain mean. key: the minibatch's draw for a sampled entropy (tanh_normal)
         inputs = mb if networks.recurrent else mb.obs
         dist_params, values = networks.actor_critic_apply(params, inputs)
         log_prob = dist.log_prob(dist_params, mb.action)
         advantages = (losses.normalize(mb.advantages, axis_name=axis_name) if cfg.normalize_advantages
                       else mb.advantages)
         return losses.ppo_objective(log_prob, mb.log_prob_old, advantages, values, mb.value_old, mb.returns,
-                                    dist.entropy(dist_params), hparams, cfg.clip_value, jnp.mean)
+                                    dist.entropy(dist_params, key), hparams, cfg.clip_value, jnp.mean)
 
     def update(state: PPOState, hparams, update_idx):
         key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
@@ -119,18 +119,18 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
                                       state.env, rollout_key, hparams, state.reward_norm)
         learning_rate = annealed(hparams["lr"], update_idx, num_updates, cfg.anneal_lr)
         flat_params, unravel = ravel_pytree(state.params)
-        grad_fn = jax.grad(lambda flat, mb: loss_fn(unravel(flat), mb, hparams), has_aux=True)
+        grad_fn = jax.grad(lambda flat, mb, key=None: loss_fn(unravel(flat), mb, hparams, key), has_aux=True)
         # equal local minibatch sizes: the pmean of the gradients is the global mean loss's; every
         # device shuffles its own shard (recurrent: leaves are [N, T], so these are minibatches of envs)
         batch = experience.transitions
         flat_params, opt_state, diagnostics = minibatch_epochs(
             grad_fn, adam(hparams, learning_rate), flat_params, state.opt_state, batch,
             batch.advantages.shape[0], cfg.num_minibatches, jax.random.split(shuffle_key, cfg.update_epochs),
-            reduce_grads=data.mean, shuffle_key=data.device_key)
+            reduce_grads=data.mean, shuffle_key=data.device_key, loss_keys=dist.entropy_needs_key)
 
         metrics = {k: data.mean(v.mean()) for k, v in diagnostics.items()}
         metrics.update(stage.episode_metrics(experience.stats), learning_rate=learning_rate)
-        obs_norm = stage.next_obs_norm(state.obs_norm, experience.raw_obs)
+        obs_norm = stage.next_obs_norm(state.obs_norm, experience)
         return (PPOState(unravel(flat_params), opt_state, experience.carry, obs_norm, key,
                          experience.reward_norm), metrics)
 

@@ -154,7 +154,7 @@ def make_parts(run: RunConfig, spec, axis_name=None) -> TRPOParts:
     values and critic gradients are ``pmean``-ed (equal shard sizes), so parameters stay replicated.
     ``policy_problem`` itself stays local (its ``objective_fn``/``fvp`` are the device's means)."""
     cfg: TRPOConfig = run.algo
-    dist = for_spec(spec.discrete)
+    dist = for_spec(spec.discrete, run.network.action_dist, spec)
     networks = make_networks(spec, run.network)
     # recurrent networks: the inputs are whole sequences, replayed from their starts
     actor_apply, critic_apply = networks.actor_apply, networks.critic_apply
@@ -188,7 +188,9 @@ def make_parts(run: RunConfig, spec, axis_name=None) -> TRPOParts:
             fvp_obs = obs
         fvp = natural_gradient.make_fisher_vector_product(
             lambda theta: dist_fn(theta, fvp_obs), dist, theta_old, cfg.fvp)
-        return PolicyProblem(theta_old, unravel, objective_fn, fvp, dist.entropy(dist_old).mean())
+        # a sampled entropy estimate (tanh_normal) draws apart from the subset's key
+        entropy_key = jax.random.fold_in(fvp_key, 1) if dist.entropy_needs_key else None
+        return PolicyProblem(theta_old, unravel, objective_fn, fvp, dist.entropy(dist_old, entropy_key).mean())
 
     def policy_step(actor_params, obs, action, advantages, fvp_key, hparams, max_kl):
         """The trust-region step; ``obs [B, *obs]``, ``advantages [B]`` (already normalised)."""
@@ -263,7 +265,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
             state.critic_params, state.critic_opt_state, inputs, batch.returns, shuffle_key, hparams)
 
         metrics = dict(policy_metrics, value_loss=value_loss, **stage.episode_metrics(experience.stats))
-        obs_norm = stage.next_obs_norm(state.obs_norm, experience.raw_obs)
+        obs_norm = stage.next_obs_norm(state.obs_norm, experience)
         return (TRPOState(actor_params, critic_params, opt_state, experience.carry, obs_norm, key,
                           experience.reward_norm), metrics)
 

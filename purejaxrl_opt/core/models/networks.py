@@ -1,4 +1,4 @@
-"""Flax modules: actor heads (categorical, diagonal Gaussian) and critic, on an MLP or CNN torso.
+"""Flax modules: actor heads (categorical, diagonal Gaussian, tanh-squashed Gaussian) and critic, on an MLP or CNN torso.
 
 Actor and critic are separate modules with separate parameters (``{"actor": ..., "critic": ...}``) so
 that TRPO can step the policy alone and GRPO can drop the critic. PPO can also share the torso (and the
@@ -148,17 +148,33 @@ def masked(spec: EnvSpec, logits: jnp.ndarray, obs: jnp.ndarray) -> jnp.ndarray:
     return mask_logits(logits, action_mask_of(spec, obs))
 
 
-def _log_std(module: nn.Module, spec: EnvSpec, net: NetworkConfig) -> jnp.ndarray:
-    """A continuous policy's state-free ``log_std [A]`` parameter of ``module`` (initial
-    ``network.log_std_init``)."""
+def _tanh_normal(spec: EnvSpec, net: NetworkConfig) -> bool:
+    return not spec.discrete and net.action_dist == "tanh_normal"
+
+
+def _log_std(module: nn.Module, spec: EnvSpec, net: NetworkConfig) -> jnp.ndarray | None:
+    """A continuous Gaussian policy's state-free ``log_std [A]`` parameter of ``module`` (initial
+    ``network.log_std_init``); None for a categorical or tanh-normal policy (no such parameter)."""
+    if spec.discrete or _tanh_normal(spec, net):
+        return None
     return module.param("log_std", nn.initializers.constant(net.log_std_init), (spec.num_actions,))
 
 
-def _distribution(spec: EnvSpec, out: jnp.ndarray, log_std) -> dict[str, jnp.ndarray]:
-    """Distribution parameters of an output layer's ``out [..., A]``: categorical logits, or a
-    diagonal Gaussian's mean with ``log_std`` broadcast to it."""
+def _policy_out(spec: EnvSpec, net: NetworkConfig) -> nn.Dense:
+    """The policy's output layer: ``A`` logits or means; ``2A`` (loc, raw scale) for tanh_normal, whose
+    scale depends on the state as in Brax's policy network."""
+    return _dense(spec.num_actions * (2 if _tanh_normal(spec, net) else 1), 0.01)
+
+
+def _distribution(spec: EnvSpec, net: NetworkConfig, out: jnp.ndarray, log_std) -> dict[str, jnp.ndarray]:
+    """Distribution parameters of an output layer's ``out [..., A]`` (``[..., 2A]`` for tanh_normal):
+    categorical logits, a diagonal Gaussian's mean with ``log_std`` broadcast to it, or a tanh-normal's
+    ``loc`` and ``raw_scale`` (the first and second halves of ``out``, Brax's split)."""
     if spec.discrete:
         return {"logits": out}
+    if _tanh_normal(spec, net):
+        loc, raw_scale = jnp.split(out, 2, axis=-1)
+        return {"loc": loc, "raw_scale": raw_scale}
     return {"mean": out, "log_std": jnp.broadcast_to(log_std, out.shape)}
 
 
@@ -172,10 +188,10 @@ class Actor(nn.Module):
     def __call__(self, obs: jnp.ndarray) -> dict[str, jnp.ndarray]:
         x = Torso(len(self.spec.obs_shape), self.net.hidden_sizes, self.net.activation,
                   self.net.cnn_channels, self.net.conv_impl)(policy_input(self.spec, obs))
-        out = _dense(self.spec.num_actions, 0.01)(x)
+        out = _policy_out(self.spec, self.net)(x)
         if self.spec.discrete:
             return {"logits": masked(self.spec, out, obs)}
-        return _distribution(self.spec, out, _log_std(self, self.spec, self.net))
+        return _distribution(self.spec, self.net, out, _log_std(self, self.spec, self.net))
 
 
 class Critic(nn.Module):
@@ -194,15 +210,15 @@ class Critic(nn.Module):
 class Heads(nn.Module):
     """The actor's and the critic's heads on one trunk's features ``[..., F]`` (``network.shared``): each
     is the hidden layers ``network.head_sizes`` (activation ``network.activation``) then its output layer
-    (actor: scale 0.01, and a state-free ``log_std`` for continuous actions; critic: scale 1)."""
+    (actor: scale 0.01, and a state-free ``log_std`` for Gaussian actions; critic: scale 1)."""
 
     spec: EnvSpec
     net: NetworkConfig
 
     def setup(self):
         self.actor_layers = [_dense(size, np.sqrt(2)) for size in self.net.head_sizes]
-        self.actor_out = _dense(self.spec.num_actions, 0.01)
-        self.log_std = None if self.spec.discrete else _log_std(self, self.spec, self.net)
+        self.actor_out = _policy_out(self.spec, self.net)
+        self.log_std = _log_std(self, self.spec, self.net)
         self.critic_layers = [_dense(size, np.sqrt(2)) for size in self.net.head_sizes]
         self.critic_out = _dense(1, 1.0)
 
@@ -213,7 +229,8 @@ class Heads(nn.Module):
         return x
 
     def actor(self, x: jnp.ndarray) -> dict[str, jnp.ndarray]:
-        return _distribution(self.spec, self.actor_out(self._hidden(self.actor_layers, x)), self.log_std)
+        return _distribution(self.spec, self.net, self.actor_out(self._hidden(self.actor_layers, x)),
+                             self.log_std)
 
     def critic(self, x: jnp.ndarray) -> jnp.ndarray:
         return self.critic_out(self._hidden(self.critic_layers, x))[..., 0]
@@ -436,11 +453,11 @@ class RecurrentActor(_RecurrentNetwork):
 
     def setup_head(self):
         self.head_layers = [_dense(size, np.sqrt(2)) for size in self.net.head_sizes]
-        self.out = _dense(self.spec.num_actions, 0.01)
-        self.log_std = None if self.spec.discrete else _log_std(self, self.spec, self.net)
+        self.out = _policy_out(self.spec, self.net)
+        self.log_std = _log_std(self, self.spec, self.net)
 
     def head(self, h: jnp.ndarray) -> dict[str, jnp.ndarray]:
-        return _distribution(self.spec, self.out(self.head_hidden(h)), self.log_std)
+        return _distribution(self.spec, self.net, self.out(self.head_hidden(h)), self.log_std)
 
 
 class RecurrentCritic(_RecurrentNetwork):

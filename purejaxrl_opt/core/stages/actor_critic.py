@@ -3,7 +3,11 @@
 Per update: collect ``[num_steps, num_envs]`` transitions with the current policy (observations
 normalised with the statistics frozen for this rollout) -> episode statistics -> values and next values
 from the critic in one batched call each -> truncation-aware GAE -> one flat ``[B]`` batch; after the
-step, the observation statistics absorb the rollout and the episode metrics are reported. Data
+step, the observation statistics absorb the rollout and the episode metrics are reported.
+``env.obs_norm_style=brax`` is Brax PPO's order instead: the statistics absorb the rollout *before* the
+values, GAE and the policy step, which all read the updated ones (the rollout's log-probs stay those
+of the statistics it acted with). ``env.reward_scale`` multiplies the rewards GAE sees (Brax PPO's
+``reward_scaling``); episode metrics keep the env's rewards. Data
 parallel (``axis_name``): each device steps its shard of the envs; episode statistics are summed
 and the observation statistics see the global batch in single-device order, so they agree everywhere.
 
@@ -141,6 +145,9 @@ class Experience(NamedTuple):
     raw_obs: jnp.ndarray  # [T, N, *obs_shape] unnormalised, for the observation statistics
     stats: rollout.EpisodeStats  # summed over devices
     reward_norm: envs.ObsNormState | None  # return statistics after this rollout (None: off)
+    # env.obs_norm_style=brax: the observation statistics already updated with this rollout (the batch
+    # was normalised with them); None otherwise (next_obs_norm updates them after the step)
+    obs_norm: envs.BraxObsNormState | None = None
 
 
 class InitialParts(NamedTuple):
@@ -177,6 +184,10 @@ class ActorCriticStage:
         return self.networks.recurrent
 
     @property
+    def brax_obs_norm(self) -> bool:
+        return self.run.env.normalize_obs and self.run.env.obs_norm_style == "brax"
+
+    @property
     def global_batch_size(self) -> int:
         """Env steps of one update, all devices together."""
         return self.run.algo.num_envs * self.run.algo.num_steps
@@ -184,7 +195,10 @@ class ActorCriticStage:
     def init(self, key: jax.Array) -> InitialParts:
         """Fresh actor and critic parameters, reset envs (this device's shard), observation statistics."""
         actor_key, critic_key, env_key, key = jax.random.split(key, 4)
-        obs_norm = envs.obs_norm_init(self.spec.obs_shape) if self.run.env.normalize_obs else None
+        obs_norm = None
+        if self.run.env.normalize_obs:
+            obs_norm = (envs.brax_obs_norm_init(self.spec.obs_shape) if self.brax_obs_norm
+                        else envs.obs_norm_init(self.spec.obs_shape))
         num_envs, global_envs = self.data.env_shard(self.run.algo.num_envs)
         carry = rollout.reset_carry(self.env, self.env_params, env_key, num_envs, global_envs)
         reward_norm = None
@@ -201,8 +215,10 @@ class ActorCriticStage:
                    hparams, reward_norm: envs.ObsNormState | None = None) -> Experience:
         """Collect a rollout and turn it into a flat batch (recurrent: env sequences) with GAE
         advantages and returns. With ``reward_norm`` the critic and GAE see rewards scaled by the
-        running std of the discounted return, updated with this rollout first (episode metrics keep
-        the env's own rewards)."""
+        running std of the discounted return, updated with this rollout first; with
+        ``env.reward_scale`` multiplied by it (episode metrics keep the env's own rewards either way).
+        ``env.obs_norm_style=brax``: the observation statistics absorb the rollout first and the batch
+        is normalised with the updated ones (returned in ``Experience.obs_norm``)."""
         cfg = self.run.algo
         num_envs, global_envs = self.data.env_shard(cfg.num_envs)
         start = carry
@@ -219,9 +235,16 @@ class ActorCriticStage:
             reward_norm = envs.obs_norm_update(reward_norm, self.data.gather_envs(per_step))
             batch = batch._replace(reward=envs.reward_norm_scale(reward_norm, batch.reward))
             carry = carry._replace(discounted_return=carried)
+        if self.run.env.reward_scale != 1.0:
+            batch = batch._replace(reward=batch.reward * self.run.env.reward_scale)
+        updated_obs_norm = None
+        if self.brax_obs_norm:
+            # the global batch in single-device order: the same statistics on every device
+            obs_norm = updated_obs_norm = envs.brax_obs_norm_update(obs_norm, self.data.gather_envs(batch.obs))
         if self.recurrent:
-            return self._sequence_experience(critic_params, obs_norm, start, carry, batch, stats, hparams,
-                                             reward_norm)
+            experience = self._sequence_experience(critic_params, obs_norm, start, carry, batch, stats,
+                                                   hparams, reward_norm)
+            return experience._replace(obs_norm=updated_obs_norm)
 
         obs = envs.obs_norm_apply(obs_norm, batch.obs)
         values = self.value.apply(critic_params, obs)
@@ -232,7 +255,7 @@ class ActorCriticStage:
         transitions = jax.tree_util.tree_map(
             lambda x: x.reshape((batch_size,) + x.shape[2:]),
             Transitions(obs, batch.action, batch.log_prob, values, advantages, returns))
-        return Experience(carry, transitions, batch.obs, stats, reward_norm)
+        return Experience(carry, transitions, batch.obs, stats, reward_norm, updated_obs_norm)
 
     def _sequence_experience(self, critic_params, obs_norm, start: rollout.EnvCarry, carry: rollout.EnvCarry,
                              batch: rollout.Batch, stats, hparams, reward_norm=None) -> Experience:
@@ -252,10 +275,13 @@ class ActorCriticStage:
         return Experience(carry._replace(critic_memory=critic_memory), sequences, batch.obs, stats,
                           reward_norm)
 
-    def next_obs_norm(self, obs_norm, raw_obs: jnp.ndarray):
+    def next_obs_norm(self, obs_norm, experience: Experience):
         """The observation statistics after this rollout (None when observations are not normalised)."""
         if obs_norm is None:
             return None
+        if self.brax_obs_norm:  # already updated, before the batch was normalised
+            return experience.obs_norm
+        raw_obs = experience.raw_obs
         # the global batch in single-device order, so the statistics are the same everywhere
         return envs.obs_norm_update(obs_norm, self.data.gather_envs(raw_obs))
 
@@ -266,5 +292,6 @@ class ActorCriticStage:
 
 
 def make_stage(run: RunConfig, env, env_params, spec: EnvSpec, axis_name: str | None = None) -> ActorCriticStage:
-    return ActorCriticStage(run, env, env_params, spec, for_spec(spec.discrete), DataAxis(axis_name),
+    return ActorCriticStage(run, env, env_params, spec, for_spec(spec.discrete, run.network.action_dist, spec),
+                            DataAxis(axis_name),
                             make_networks(spec, run.network))

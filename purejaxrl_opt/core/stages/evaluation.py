@@ -209,7 +209,7 @@ def episode_steps(algo, state, carry, length: int, deterministic: bool = True):
         action = dist.mode(dist_params) if deterministic else dist.sample(action_key, dist_params)
         next_obs, next_state, reward, terminated, truncated, _ = envs.step_batch(
             env, env_params, env_key[None], env_state,
-            envs.to_env_action(spec, action, algo.run.env.clip_actions))
+            envs.to_env_action(spec, dist.postprocess(action), algo.run.env.clip_actions))
         unbatched = jax.tree_util.tree_map(lambda x: x[0], env_state)
         return (key, next_state, next_obs, memory), (unbatched, reward[0],
                                                       jnp.logical_or(terminated, truncated)[0])

@@ -29,20 +29,22 @@ def annealed(lr, update_idx, num_updates: int, anneal: bool):
 
 def minibatch_epochs(grad_fn, optimizer, flat_params, opt_state, batch, num_items: int,
                      num_minibatches: int, epoch_keys: jax.Array, reduce_grads=lambda g: g,
-                     shuffle_key=lambda k: k):
+                     shuffle_key=lambda k: k, loss_keys: bool = False):
     """``len(epoch_keys)`` epochs of Adam steps over ``num_minibatches`` minibatches of ``batch``.
 
     ``flat_params``: a flat vector, or any pytree of arrays (optax.apply_updates keeps each leaf's dtype).
     ``batch``: a pytree of ``[num_items, ...]`` leaves (samples, or whole episodes); every epoch
     shuffles it with one gather and cuts it into contiguous minibatches. ``grad_fn(flat_params, mb)
     -> (grads, diagnostics)`` on flat parameters; ``reduce_grads`` (data parallel: a ``pmean``) and
-    ``shuffle_key`` (per-device keys) default to the identity. Returns ``(flat_params, opt_state,
-    diagnostics [epochs, minibatches])``.
+    ``shuffle_key`` (per-device keys) default to the identity. ``loss_keys``: ``grad_fn(flat_params,
+    mb, key)`` gets a fresh key per minibatch (a sampled loss term, e.g. a tanh-normal's entropy
+    estimate), drawn from ``fold_in(epoch_key, 1)`` so the shuffles stay those of ``loss_keys=False``.
+    Returns ``(flat_params, opt_state, diagnostics [epochs, minibatches])``.
     """
 
-    def _update_minibatch(train, mb):
+    def _update_minibatch(train, inputs):
         flat_params, opt_state = train
-        grads, diagnostics = grad_fn(flat_params, mb)
+        grads, diagnostics = grad_fn(flat_params, *inputs) if loss_keys else grad_fn(flat_params, inputs)
         updates, opt_state = optimizer.update(reduce_grads(grads), opt_state, flat_params)
         return (optax.apply_updates(flat_params, updates), opt_state), diagnostics
 
@@ -50,6 +52,9 @@ def minibatch_epochs(grad_fn, optimizer, flat_params, opt_state, batch, num_item
         order = jax.random.permutation(shuffle_key(epoch_key), num_items)
         shuffled = jax.tree_util.tree_map(
             lambda x: x[order].reshape((num_minibatches, -1) + x.shape[1:]), batch)
+        if loss_keys:
+            keys = jax.random.split(shuffle_key(jax.random.fold_in(epoch_key, 1)), num_minibatches)
+            return jax.lax.scan(_update_minibatch, train, (shuffled, keys))
         return jax.lax.scan(_update_minibatch, train, shuffled)
 
     (flat_params, opt_state), diagnostics = jax.lax.scan(_update_epoch, (flat_params, opt_state),

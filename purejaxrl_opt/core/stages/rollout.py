@@ -39,7 +39,7 @@ class Batch(NamedTuple):
     """One rollout, time-major. Observations are raw (normalise with the rollout's frozen stats)."""
 
     obs: jnp.ndarray  # [T, N, *obs_shape]
-    action: jnp.ndarray  # [T, N] (discrete) or [T, N, D]
+    action: jnp.ndarray  # [T, N] (discrete) or [T, N, D] (the distribution's: tanh_normal's pre-tanh sample)
     log_prob: jnp.ndarray  # [T, N] log pi_old(a|s)
     reward: jnp.ndarray  # [T, N]
     terminated: jnp.ndarray  # [T, N] bool: true terminal, no bootstrap
@@ -115,7 +115,7 @@ def collect(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn: ActorF
         else:
             action = jax.vmap(dist.sample)(env_keys(action_key, num_envs, global_envs), dist_params)
         log_prob = dist.log_prob(dist_params, action)
-        env_action = envs.to_env_action(spec, action, clip_actions)
+        env_action = envs.to_env_action(spec, dist.postprocess(action), clip_actions)
         obs, env_state, reward, terminated, truncated, info = envs.step_batch(
             env, env_params, env_keys(env_key, num_envs, global_envs), carry.env_state, env_action)
         reward = reward.astype(jnp.float32)
@@ -205,7 +205,7 @@ def alive_step(env, env_params, spec: EnvSpec, dist: Distribution, action_key: j
     action = dist.mode(dist_params) if greedy else dist.sample(action_key, dist_params)
     next_obs, env_state, reward, terminated, truncated, info = envs.step_batch(
         env, env_params, jax.random.split(env_key, alive.shape[0]), env_state,
-        envs.to_env_action(spec, action, clip_actions))
+        envs.to_env_action(spec, dist.postprocess(action), clip_actions))
     reward = jnp.where(alive, reward.astype(jnp.float32), 0.0)
     still_alive = jnp.logical_and(alive, jnp.logical_not(jnp.logical_or(terminated, truncated)))
     return action, next_obs, env_state, reward, still_alive, info
