@@ -14,7 +14,9 @@ one warm-up update from a fresh init:
 * ``grpo``: 1 group of 4 same-start episodes played to their end (at most 500 steps; the nearest to 4
   envs), 4 epochs x 4 minibatches; ``grpo_8x8`` the tuned 8 groups x 8. Its env steps are the real
   (unmasked) steps, so its rate depends on the episodes' lengths (early training: short ones);
-  ``rollout_share`` is the share of an update spent in its group rollout (timed alone).
+  ``rollout_share`` is the share of an update spent in its group rollout (timed alone);
+  ``grpo_check16`` the same as ``grpo`` with its update loop testing the budget once per 16 updates
+  (``algo.check_every=16``, GPU's default; CPU's is 1): what the blocked loop costs where no test syncs.
 
 Writes JSON (commit, command, load average before/after) to ``--out``.
 """
@@ -30,7 +32,7 @@ import provenance
 import purejaxrl_opt.train  # noqa: F401  (the CLI's XLA flags, before JAX starts)
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = ("ppo", "trpo", "trpo_cg1", "trpo_bt1", "grpo", "grpo_8x8")
+VARIANTS = ("ppo", "trpo", "trpo_cg1", "trpo_bt1", "grpo", "grpo_check16", "grpo_8x8")
 
 
 def run_for(variant: str, updates: int):
@@ -38,7 +40,8 @@ def run_for(variant: str, updates: int):
 
     algo = variant.split("_")[0]
     extra = {"trpo_cg1": {"cg_iters": 1}, "trpo_bt1": {"max_backtracks": 1},
-             "grpo": {"num_groups": 1, "group_size": 4}, "grpo_8x8": {"num_groups": 8, "group_size": 8}}.get(variant, {})
+             "grpo": {"num_groups": 1, "group_size": 4}, "grpo_8x8": {"num_groups": 8, "group_size": 8},
+             "grpo_check16": {"num_groups": 1, "group_size": 4, "check_every": 16}}.get(variant, {})
     if algo == "grpo":
         cfg = algo_config("grpo")(max_episode_steps=500, update_epochs=4, num_minibatches=4, **extra)
         per_update = 500 * cfg.num_groups * cfg.group_size  # the most; the budget never binds here

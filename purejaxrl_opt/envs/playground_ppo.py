@@ -93,6 +93,25 @@ def _must_be(expected, what):
     return check
 
 
+# Brax's distribution_type -> network.action_dist: its tanh_normal is ours (tests/test_brax_options.py);
+# its "normal" (a Gaussian with a state-independent std, no squash) is our gaussian
+ACTION_DISTS = {"tanh_normal": "tanh_normal", "normal": "gaussian"}
+
+
+def _action_dist(value):
+    if value not in ACTION_DISTS:
+        raise ConfigError(f"Brax's distribution_type = {value!r} has no network.action_dist; mapped: "
+                          f"{sorted(ACTION_DISTS)}")
+    return ACTION_DISTS[value]
+
+
+def _obs_norm_style(value):
+    if value != "welford":
+        raise ConfigError(f"Brax's normalize_observations_mode = {value!r} has no env.obs_norm_style; "
+                          "mapped: 'welford' (-> brax)")
+    return "brax"
+
+
 # Brax key (network_factory.* for the network's) -> how it is mapped. Keys absent from a task's config
 # take Brax's defaults (brax_defaults()).
 MAPPED: dict[str, Mapped] = {
@@ -120,6 +139,17 @@ MAPPED: dict[str, Mapped] = {
                              "set only where it is not Playground's env config value (the adapter's default)"),
     "action_repeat": Mapped("env.params.action_repeat", int,
                             "set only where it is not Playground's env config value (the adapter's default)"),
+    "reward_scaling": Mapped("env.reward_scale", float, "rewards multiplied by it before GAE"),
+    "network_factory.distribution_type": Mapped("network.action_dist", _action_dist,
+                                                "tanh_normal: a tanh-squashed Gaussian, state-dependent scale"),
+    "normalize_observations_mode": Mapped("env.obs_norm_style", _obs_norm_style,
+                                          "Brax's running statistics (welford) -> brax"),
+    "normalize_observations_std_eps": Mapped(None, _must_be(0.0, "normalize_observations_std_eps"),
+                                             "Brax's default 0.0: what env.obs_norm_style=brax does; "
+                                             "another value is refused"),
+    "normalize_until_count": Mapped(None, _must_be(None, "normalize_until_count"),
+                                    "Brax's default None (never stop updating): what env.obs_norm_style="
+                                    "brax does; another value is refused"),
     "network_factory.policy_hidden_layer_sizes": Mapped("network.hidden_sizes", _sizes),
     "network_factory.value_hidden_layer_sizes": Mapped("network.critic_hidden_sizes", _sizes),
     "network_factory.activation": Mapped("network.activation", _activation, "swish -> silu"),
@@ -142,13 +172,7 @@ class Pending:
 
 
 PENDING: dict[str, Pending] = {
-    "reward_scaling": Pending("env.reward_scale", note="rewards multiplied by a constant before GAE"),
     "unroll_length": Pending("algo.unroll_length", note="GAE bootstrapped after every unroll_length steps"),
-    "network_factory.distribution_type": Pending(
-        "network.action_dist", note="Brax's default 'tanh_normal': a tanh-squashed Gaussian, state-dependent "
-                                    "scale"),
-    "normalize_observations_mode": Pending("env.obs_norm_style", "brax",
-                                           note="Brax's running_statistics normaliser"),
     "recompute_advantages": Pending("algo.recompute_advantages", True,
                                     note="Brax computes GAE inside each minibatch's loss (no brax key: always so)"),
 }
@@ -159,16 +183,14 @@ IGNORED: dict[str, str] = {
     "num_eval_envs": "Brax's evaluation batch; ours: eval_episodes",
     "num_resets_per_eval": "Brax resets all training envs to fresh start states this many times between "
                            "evaluations; here every env is reset when its own episode ends",
-    "normalize_observations_std_eps": "Brax's std floor of its observation normaliser: part of "
-                                      "env.obs_norm_style (pending)",
-    "normalize_until_count": "when Brax's normaliser stops updating: part of env.obs_norm_style (pending)",
     "seed": "the run's seed",
 }
 
 # defaults of brax's train/make_ppo_networks that a task's config may leave out and the tables name
 _TRAIN_DEFAULTS = ("gae_lambda", "clipping_epsilon", "clipping_epsilon_value", "vf_loss_coefficient",
                    "normalize_advantage", "max_grad_norm", "learning_rate_schedule",
-                   "normalize_observations_mode")
+                   "normalize_observations_mode", "normalize_observations_std_eps", "normalize_until_count",
+                   "reward_scaling")
 _NETWORK_DEFAULTS = ("policy_hidden_layer_sizes", "value_hidden_layer_sizes", "activation",
                      "policy_obs_key", "value_obs_key", "distribution_type")
 
@@ -248,7 +270,13 @@ def ppo_node(task: str, impl: str = "jax") -> dict[str, Any]:
                         **env_defaults(task)}
     node: dict[str, Any] = {}
     for key, rule in MAPPED.items():
-        if key not in brax or rule.target is None:
+        if key not in brax:
+            continue
+        if rule.target is None:
+            try:
+                rule.convert(brax[key])  # a value that must be Brax's default (or enters num_steps)
+            except ConfigError as error:
+                raise ConfigError(f"playground/{task}: {error}") from None
             continue
         try:
             value = rule.convert(brax[key])
