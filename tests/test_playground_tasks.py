@@ -84,12 +84,20 @@ def test_every_task_maps_and_an_unlisted_key_is_refused(monkeypatch):
     from purejaxrl_opt.envs import playground_ppo
     from purejaxrl_opt.envs.playground import ids
 
+    original = playground_ppo.brax_ppo_config
     for task in ids("playground"):
         assert "algo" in playground_ppo.ppo_node(task)
+    node = playground_ppo.ppo_node("CartpoleSwingup")
+    assert (node["env"]["reward_scale"], node["network"]["action_dist"], node["env"]["obs_norm_style"]) == (
+        10.0, "tanh_normal", "brax")  # Brax's choices, as Playground's config and Brax's defaults say
     assert playground_ppo.pending("CartpoleSwingup") == {
-        "env.reward_scale": 10.0, "algo.unroll_length": 30, "network.action_dist": "tanh_normal",
-        "env.obs_norm_style": "brax", "algo.recompute_advantages": True}
-    original = playground_ppo.brax_ppo_config
+        "algo.unroll_length": 30, "algo.recompute_advantages": True}
+    for key, value in (("normalize_observations_std_eps", 1e-3), ("normalize_observations_mode", "ema"),
+                       ("network_factory.distribution_type", "beta")):
+        monkeypatch.setattr(playground_ppo, "brax_ppo_config",
+                            lambda task, impl="jax", k=key, v=value: {**original(task, impl), k: v})
+        with pytest.raises(ConfigError, match=key.split(".")[-1]):
+            playground_ppo.ppo_node("CartpoleSwingup")
     monkeypatch.setattr(playground_ppo, "brax_ppo_config",
                         lambda task, impl="jax": {**original(task, impl), "new_knob": 3})
     with pytest.raises(ConfigError, match=r"has key 'new_knob' = 3, which .* neither maps"):
