@@ -101,9 +101,9 @@ def collect(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn: ActorF
     policy = as_policy(actor_fn)
     recurrence = policy.recurrence
 
-    def _env_step(loop, step_key):
+    def _env_step(loop, keys):
         carry, stats = loop
-        action_key, env_key = jax.random.split(step_key)
+        action_key, step_env_keys = keys
         memory = carry.memory
         if recurrence is None:
             dist_params = policy.apply(actor_params, envs.obs_norm_apply(obs_norm, carry.obs))
@@ -117,7 +117,7 @@ def collect(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn: ActorF
         log_prob = dist.log_prob(dist_params, action)
         env_action = envs.to_env_action(spec, dist.postprocess(action), clip_actions)
         obs, env_state, reward, terminated, truncated, info = envs.step_batch(
-            env, env_params, env_keys(env_key, num_envs, global_envs), carry.env_state, env_action)
+            env, env_params, step_env_keys, carry.env_state, env_action)
         reward = reward.astype(jnp.float32)
         done = jnp.logical_or(terminated, truncated)
         episode_return = carry.episode_return + reward
@@ -134,8 +134,15 @@ def collect(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn: ActorF
                            info["final_observation"])
         return (new_carry, stats), transition
 
+    # Every step's keys are split before the loop, in two batched calls: the same bits as splitting
+    # inside each step (threefry hashes each key's counters on their own, in integers), but on
+    # XLA:CPU each split inside the loop is a loop of its own (JAX's rolled threefry), dozens of small
+    # kernels per step. The sampling noise stays in the loop: drawn batched outside, XLA vectorises its
+    # float math differently and the last bits of a Gaussian's noise change.
+    step_keys = jax.vmap(jax.random.split)(jax.random.split(key, num_steps))
+    all_env_keys = jax.vmap(lambda k: env_keys(k, num_envs, global_envs))(step_keys[:, 1])
     (carry, stats), batch = jax.lax.scan(_env_step, (carry, EpisodeStats.zeros()),
-                                         jax.random.split(key, num_steps))
+                                         (step_keys[:, 0], all_env_keys))
     return carry, batch, stats
 
 
