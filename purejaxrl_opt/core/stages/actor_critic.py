@@ -3,7 +3,10 @@
 Per update: collect ``[num_steps, num_envs]`` transitions with the current policy (observations
 normalised with the statistics frozen for this rollout) -> episode statistics -> values and next values
 from the critic in one batched call each -> truncation-aware GAE -> one flat ``[B]`` batch; after the
-step, the observation statistics absorb the rollout and the episode metrics are reported. Data
+step, the observation statistics absorb the rollout and the episode metrics are reported. With
+``algo.unroll_length`` GAE also bootstraps at the end of every unroll (Brax PPO's); a stage made with
+``unrolls=True`` (PPO's ``algo.recompute_advantages``) leaves GAE to the update and returns the rollout
+as :class:`Unrolls`. Data
 parallel (``axis_name``): each device steps its shard of the envs; episode statistics are summed
 and the observation statistics see the global batch in single-device order, so they agree everywhere.
 
