@@ -17,7 +17,7 @@ from purejaxrl_opt.core.algos.trpo import TRPOConfig
 from purejaxrl_opt.core.models.distributions import for_spec
 from purejaxrl_opt.core.stages import rollout
 from purejaxrl_opt.core.stages.actor_critic import Unrolls, make_networks, make_stage
-from purejaxrl_opt.config.schema import (ConfigError, EnvConfig, NetworkConfig, RunConfig, hyperparameters)
+from purejaxrl_opt.config.schema import ConfigError, EnvConfig, NetworkConfig, RunConfig, hyperparameters
 from purejaxrl_opt.envs import EnvSpec
 
 GAMMA, LAMBDA = 0.97, 0.9
@@ -34,7 +34,7 @@ def _episode_flags(rng, shape, p_term=0.08, p_trunc=0.06):
     terminated = rng.random(shape) < p_term
     truncated = (rng.random(shape) < p_trunc) & ~terminated
     truncated[1:] &= ~(terminated[:-1] | truncated[:-1])
-    truncated[0] = False
+    truncated[0] = False  # the hand check below ends the episode one step before a truncation
     return terminated, truncated
 
 
@@ -154,7 +154,11 @@ def test_stage_gae_per_unroll_equals_brax_over_the_stages_unrolls():
     np.testing.assert_allclose(exp_k.transitions.obs, exp_0.transitions.obs, rtol=1e-5, atol=1e-6)
     u = exp_u.transitions
     assert isinstance(u, Unrolls) and u.obs.shape[:2] == (N * T // k, k)
-    as_unrolls = lambda x: np.asarray(x).reshape((T, N) + x.shape[1:]).swapaxes(0, 1).reshape(u.obs.shape[:2] + x.shape[1:])  # noqa: E731
+
+    def as_unrolls(x):  # a flat [T * N, ...] batch as [N * T/k, k, ...] unrolls
+        x = np.asarray(x)
+        return x.reshape((T, N) + x.shape[1:]).swapaxes(0, 1).reshape((N * T // k, k) + x.shape[1:])
+
     for field in ("obs", "action", "log_prob_old", "value_old"):
         np.testing.assert_allclose(getattr(u, field), as_unrolls(getattr(exp_k.transitions, field)),
                                    rtol=1e-5, atol=1e-6, err_msg=field)
