@@ -113,6 +113,19 @@ CHECKS = {
         print("DATA_OK", float(np.nanmax(np.abs(np.asarray(one.metrics["value_loss"])
                                                  - np.asarray(four.metrics["value_loss"])))))
     """,
+    # Brax's in-loss GAE over unrolls (algo.recompute_advantages): the same agreement; the advantage
+    # normalisation's statistics are those of the global minibatch
+    "data_ppo_unrolls": """
+        run = small_run(PPOConfig(num_envs=8, num_steps=32, update_epochs=1, num_minibatches=1, unroll_length=8,
+                                  recompute_advantages=True),
+                        num_seeds=1, total_timesteps=8 * 32 * 4, eval_episodes=4)
+        (one, _), (four, _) = train(run, 1), train(run, 4)
+        jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6),
+                               one.algo_state.params, four.algo_state.params)
+        for name in one.metrics:
+            np.testing.assert_allclose(np.asarray(one.metrics[name]), np.asarray(four.metrics[name]),
+                                       rtol=1e-4, atol=1e-5, err_msg=name)
+    """,
     # the layout rules and the layout errors, raised before compiling (no training here)
     "layouts": """
         import tempfile
@@ -135,7 +148,11 @@ CHECKS = {
                 # recurrent: minibatches of whole env sequences from each device's 2 envs, not 4
                 (small_run(PPOConfig(num_envs=4, num_minibatches=4), num_seeds=2,
                            network=NetworkConfig(recurrent="gru")), parallel.ParallelConfig("auto", 2),
-                 "num_minibatches must divide 2")]:
+                 "num_minibatches must divide 2"),
+                # recompute_advantages: minibatches of whole unrolls from each device's 4 unrolls, not 8
+                (small_run(PPOConfig(num_envs=4, num_steps=32, num_minibatches=8, unroll_length=16,
+                                     recompute_advantages=True), num_seeds=2),
+                 parallel.ParallelConfig("auto", 2), "num_minibatches must divide 4")]:
             try:
                 runner.execute(bad, tempfile.mkdtemp(), parallel=settings)
             except ConfigError as error:
@@ -188,7 +205,7 @@ def four_devices():
 @pytest.fixture(scope="module")
 def four_devices_data():
     """Data parallelism over 4 devices: two more programs per check, so the slow tier."""
-    return _run_checks(["data_ppo", "runner"])
+    return _run_checks(["data_ppo", "data_ppo_unrolls", "runner"])
 
 
 def _check(output: str, name: str) -> None:
@@ -208,6 +225,11 @@ def test_device_layouts_and_their_errors_before_compiling(four_devices):
 @pytest.mark.slow  # two compiles over 4 devices; the layouts are checked in the fast tier above
 def test_data_parallel_ppo_matches_one_device_on_the_same_batch(four_devices_data):
     _check(four_devices_data, "data_ppo")
+
+
+@pytest.mark.slow
+def test_data_parallel_ppo_with_in_loss_gae_matches_one_device(four_devices_data):
+    _check(four_devices_data, "data_ppo_unrolls")
 
 
 @pytest.mark.slow

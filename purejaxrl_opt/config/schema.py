@@ -228,6 +228,13 @@ class ActorCriticConfig(AlgoConfig):
     gae_lambda: float = 0.95  # GAE lambda (sweepable)
     # normalise advantages (PPO: per minibatch; TRPO: over the batch before the policy step)
     normalize_advantages: bool = True
+    # Brax PPO's unrolls: GAE bootstrapped from V of the observation after every unroll_length-step
+    # segment of each env's rollout; 0 = num_steps (one bootstrap at the rollout's end)
+    unroll_length: int = 0
+
+    def unroll_steps(self) -> int:
+        """Steps of one unroll: ``unroll_length``, or the whole rollout when it is 0."""
+        return self.unroll_length or self.num_steps
 
     def batch_env_steps(self) -> int:
         return self.num_envs * self.num_steps
@@ -243,6 +250,11 @@ class ActorCriticConfig(AlgoConfig):
         positive(f"{prefix}.num_steps", self.num_steps)
         unit_interval(f"{prefix}.gamma", self.gamma)
         unit_interval(f"{prefix}.gae_lambda", self.gae_lambda)
+        _check(0 <= self.unroll_length <= self.num_steps
+               and (self.unroll_length == 0 or self.num_steps % self.unroll_length == 0),
+               f"{prefix}.unroll_length", self.unroll_length,
+               f"0 (= num_steps) or a divisor of {prefix}.num_steps = {self.num_steps}: one of "
+               f"{[0] + [d for d in range(1, self.num_steps + 1) if self.num_steps % d == 0]}")
         _check(run.total_timesteps >= self.batch_env_steps(), "total_timesteps", run.total_timesteps,
                f">= one update's batch, {self.name}.num_envs * num_steps = {self.batch_env_steps()}")
 

@@ -140,6 +140,15 @@ def make_layout(settings: ParallelConfig, run, num_lanes: int, devices=None) -> 
                                   f"each device's num_envs/data = {num_envs // data} envs are cut into "
                                   f"{run.algo.name}.{field} = {minibatches} minibatches of whole env "
                                   f"sequences, so {field} must divide {num_envs // data}")
+        # algo.recompute_advantages: a minibatch is whole unrolls, cut from each device's own envs
+        if getattr(run.algo, "recompute_advantages", False):
+            local_unrolls = local_batch // run.algo.unroll_steps()
+            if local_unrolls % run.algo.num_minibatches:
+                raise ConfigError(f"parallel.data = {data} with {run.algo.name}.recompute_advantages=true: "
+                                  f"each device's num_envs/data*num_steps/unroll_length = {local_unrolls} "
+                                  f"unrolls are cut into {run.algo.name}.num_minibatches = "
+                                  f"{run.algo.num_minibatches} minibatches of whole unrolls, so "
+                                  f"num_minibatches must divide {local_unrolls}")
     rows = lane_rows(num_lanes, n // data) if settings.lanes == "auto" else 1
     used = devices[: rows * data]
     mesh = Mesh(np.asarray(used, dtype=object).reshape(rows, data), (LANES, DATA))

@@ -17,7 +17,7 @@ from jax.flatten_util import ravel_pytree
 
 from purejaxrl_opt import envs
 from purejaxrl_opt.core.stages import losses, rollout
-from purejaxrl_opt.core.stages.actor_critic import Transitions, make_stage
+from purejaxrl_opt.core.stages.actor_critic import Transitions, Unrolls, make_stage
 from purejaxrl_opt.core.algos.base import Algorithm
 from purejaxrl_opt.config.schema import ActorCriticConfig, RunConfig, _check, non_negative, positive
 from purejaxrl_opt.core.stages.optim import adam, annealed, minibatch_epochs
@@ -38,6 +38,9 @@ class PPOConfig(ActorCriticConfig):
     ent_coef: float = 0.01  # entropy bonus coefficient (sweepable)
     vf_coef: float = 0.5  # value loss coefficient (sweepable)
     max_grad_norm: float = 0.5  # global gradient-norm clip (sweepable)
+    # Brax PPO's loss: values, GAE targets and advantages computed inside every minibatch's loss with
+    # the current critic (stop-gradient), minibatches of whole unrolls (unroll_length; 0: num_steps)
+    recompute_advantages: bool = False
 
     SWEEPABLE: ClassVar[tuple[str, ...]] = (
         "lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
@@ -53,6 +56,15 @@ class PPOConfig(ActorCriticConfig):
             _check(self.num_envs % self.num_minibatches == 0, f"{prefix}.num_minibatches",
                    self.num_minibatches, f"a divisor of {prefix}.num_envs = {self.num_envs} with "
                    f"network.recurrent={run.network.recurrent} (minibatches are whole env sequences)")
+        if self.recompute_advantages:
+            _check(not run.network.is_recurrent, f"{prefix}.recompute_advantages", self.recompute_advantages,
+                   f"false with network.recurrent={run.network.recurrent} (it recomputes GAE over "
+                   "unrolls of a feed-forward critic)")
+            unrolls = self.batch_env_steps() // self.unroll_steps()
+            _check(unrolls % self.num_minibatches == 0, f"{prefix}.num_minibatches", self.num_minibatches,
+                   f"a divisor of the {unrolls} unrolls, num_envs * num_steps / unroll_length, with "
+                   f"{prefix}.recompute_advantages=true (minibatches are whole unrolls): one of "
+                   f"{[d for d in range(1, unrolls + 1) if unrolls % d == 0]}")
         positive(f"{prefix}.lr", self.lr)
         positive(f"{prefix}.clip_eps", self.clip_eps)
         non_negative(f"{prefix}.ent_coef", self.ent_coef)
@@ -61,6 +73,30 @@ class PPOConfig(ActorCriticConfig):
 
 
 CONFIG = PPOConfig  # this algorithm's config (config.schema.ALGORITHMS)
+
+def unroll_loss(networks, dist, params, mb: Unrolls, hparams, cfg: PPOConfig, axis_name=None, key=None):
+    """PPO's loss on a minibatch of ``M`` unrolls (``mb`` leaves ``[M, k, ...]``) the way Brax PPO's
+    ``compute_ppo_loss`` computes it: the current critic's values of the unrolls' observations and of
+    each unroll's next observation give :func:`rollout.unroll_gae`'s targets ``vs`` and advantages
+    (stop-gradient; normalised over the minibatch when ``cfg.normalize_advantages``), then
+    :func:`losses.ppo_objective` with ``vs`` as the value targets. ``key``: the minibatch's draw for a
+    sampled entropy (tanh_normal). Returns ``(loss, diagnostics)``."""
+    num_unrolls, k = mb.reward.shape
+    obs = mb.obs.reshape((num_unrolls * k,) + mb.obs.shape[2:])
+    dist_params, values = networks.actor_critic_apply(params, obs)
+    values = values.reshape(num_unrolls, k)
+    bootstrap = networks.critic_apply(networks.critic_params(params), mb.next_obs)
+    vs, advantages = jax.lax.stop_gradient(rollout.unroll_gae(
+        mb.reward.T, values.T, bootstrap, mb.terminated.T, mb.truncated.T, hparams["gamma"],
+        hparams["gae_lambda"]))
+    vs, advantages = vs.T, advantages.T
+    if cfg.normalize_advantages:
+        advantages = losses.normalize(advantages, axis_name=axis_name)
+    log_prob = dist.log_prob(dist_params, mb.action.reshape((num_unrolls * k,) + mb.action.shape[2:]))
+    return losses.ppo_objective(log_prob.reshape(num_unrolls, k), mb.log_prob_old, advantages, values,
+                                mb.value_old, vs, dist.entropy(dist_params, key).reshape(num_unrolls, k), hparams,
+                                cfg.clip_value, jnp.mean)
+
 
 METRICS = ("return_mean", "episode_length", "episodes", "policy_loss", "value_loss", "entropy",
            "approx_kl", "clip_frac", "learning_rate")
@@ -91,7 +127,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
     each from the hidden states it started with (truncated backpropagation through ``num_steps``).
     """
     cfg: PPOConfig = run.algo
-    stage = make_stage(run, env, env_params, spec, axis_name)
+    stage = make_stage(run, env, env_params, spec, axis_name, unrolls=cfg.recompute_advantages)
     networks, dist, data = stage.networks, stage.dist, stage.data
     num_updates = cfg.num_updates(run.total_timesteps)
 
@@ -103,6 +139,8 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
         return PPOState(params, opt_state, parts.env, parts.obs_norm, parts.key, parts.reward_norm)
 
     def loss_fn(params, mb: Transitions, hparams, key=None):
+        if cfg.recompute_advantages:
+            return unroll_loss(networks, dist, params, mb, hparams, cfg, axis_name, key)
         # recurrent: mb is Sequences ([M, T] leaves), replayed from their start states; every term is
         # elementwise, then a plain mean. key: the minibatch's draw for a sampled entropy (tanh_normal)
         inputs = mb if networks.recurrent else mb.obs
@@ -125,7 +163,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
         batch = experience.transitions
         flat_params, opt_state, diagnostics = minibatch_epochs(
             grad_fn, adam(hparams, learning_rate), flat_params, state.opt_state, batch,
-            batch.advantages.shape[0], cfg.num_minibatches, jax.random.split(shuffle_key, cfg.update_epochs),
+            batch.action.shape[0], cfg.num_minibatches, jax.random.split(shuffle_key, cfg.update_epochs),
             reduce_grads=data.mean, shuffle_key=data.device_key, loss_keys=dist.entropy_needs_key)
 
         metrics = {k: data.mean(v.mean()) for k, v in diagnostics.items()}

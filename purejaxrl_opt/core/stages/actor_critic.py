@@ -7,7 +7,9 @@ step, the observation statistics absorb the rollout and the episode metrics are 
 ``env.obs_norm_style=brax`` is Brax PPO's order instead: the statistics absorb the rollout *before* the
 values, GAE and the policy step, which all read the updated ones (the rollout's log-probs stay those
 of the statistics it acted with). ``env.reward_scale`` multiplies the rewards GAE sees (Brax PPO's
-``reward_scaling``); episode metrics keep the env's rewards. Data
+``reward_scaling``); episode metrics keep the env's rewards. With ``algo.unroll_length`` GAE also
+bootstraps at the end of every unroll (Brax PPO's); a stage made with ``unrolls=True`` (PPO's
+``algo.recompute_advantages``) leaves GAE to the update and returns the rollout as :class:`Unrolls`. Data
 parallel (``axis_name``): each device steps its shard of the envs; episode statistics are summed
 and the observation statistics see the global batch in single-device order, so they agree everywhere.
 
@@ -65,6 +67,22 @@ class Sequences(struct.PyTreeNode):
     @property
     def num_sequences(self) -> int:
         return self.done.shape[0]
+
+
+class Unrolls(struct.PyTreeNode):
+    """One rollout cut into Brax PPO's unrolls, ``U = num_envs * num_steps / k`` segments of ``k``
+    consecutive steps of one env (``k``: ``algo.unroll_steps()``), env-major (unroll ``u`` is env
+    ``u // (num_steps / k)``), with what an update needs to compute GAE itself
+    (``algo.recompute_advantages``): minibatches take whole unrolls."""
+
+    obs: jnp.ndarray  # normalised, [U, k, *obs_shape]
+    action: jnp.ndarray  # [U, k] or [U, k, D]
+    log_prob_old: jnp.ndarray  # [U, k]
+    value_old: jnp.ndarray  # [U, k] V(s) of the rollout's critic (value clipping)
+    reward: jnp.ndarray  # [U, k] as GAE sees it (after env.normalize_reward)
+    terminated: jnp.ndarray  # [U, k] bool
+    truncated: jnp.ndarray  # [U, k] bool: the episode ended without terminating (time limit)
+    next_obs: jnp.ndarray  # normalised, [U, *obs_shape]: the observation after the unroll's last step
 
 
 def time_major(x: jnp.ndarray) -> jnp.ndarray:
@@ -141,7 +159,8 @@ class Experience(NamedTuple):
     """What one rollout gives an update."""
 
     carry: rollout.EnvCarry  # env state to continue from next update
-    transitions: Transitions | Sequences  # Sequences for recurrent networks
+    # Sequences for recurrent networks; Unrolls (no GAE yet) for a stage made with unrolls=True
+    transitions: Transitions | Sequences | Unrolls
     raw_obs: jnp.ndarray  # [T, N, *obs_shape] unnormalised, for the observation statistics
     stats: rollout.EpisodeStats  # summed over devices
     reward_norm: envs.ObsNormState | None  # return statistics after this rollout (None: off)
@@ -170,6 +189,8 @@ class ActorCriticStage:
     dist: Distribution
     data: DataAxis
     networks: Networks
+    # the batch as Unrolls, GAE left to the update (PPO's algo.recompute_advantages)
+    unrolls: bool = False
 
     @property
     def policy(self) -> Policy:
@@ -248,9 +269,12 @@ class ActorCriticStage:
 
         obs = envs.obs_norm_apply(obs_norm, batch.obs)
         values = self.value.apply(critic_params, obs)
+        if self.unrolls:
+            return Experience(carry, self._unrolls(obs_norm, obs, values, batch), batch.obs, stats,
+                              reward_norm, updated_obs_norm)
         next_values = self.value.apply(critic_params, envs.obs_norm_apply(obs_norm, batch.final_obs))
         advantages, returns = rollout.gae(batch.reward, values, next_values, batch.terminated,
-                                          batch.done, hparams["gamma"], hparams["gae_lambda"])
+                                          self._gae_done(batch.done), hparams["gamma"], hparams["gae_lambda"])
         batch_size = num_envs * cfg.num_steps  # this device's
         transitions = jax.tree_util.tree_map(
             lambda x: x.reshape((batch_size,) + x.shape[2:]),
@@ -268,12 +292,36 @@ class ActorCriticStage:
         _, next_values = recurrence.step(critic_params, memory_after,
                                          envs.obs_norm_apply(obs_norm, batch.final_obs))
         advantages, returns = rollout.gae(batch.reward, values, next_values, batch.terminated,
-                                          batch.done, hparams["gamma"], hparams["gae_lambda"])
+                                          self._gae_done(batch.done), hparams["gamma"], hparams["gae_lambda"])
         sequences = Sequences(*jax.tree_util.tree_map(
             time_major, (obs, batch.action, batch.log_prob, values, advantages, returns, batch.done)),
             actor_start=start.memory, critic_start=start.critic_memory)
         return Experience(carry._replace(critic_memory=critic_memory), sequences, batch.obs, stats,
                           reward_norm)
+
+    def _gae_done(self, done: jnp.ndarray) -> jnp.ndarray:
+        """Where GAE's recursion stops, ``[T, N]``: every episode end, and with ``algo.unroll_length``
+        every unroll's last step too, whose bootstrap value (the next observation's V, as on a time
+        limit) then stands for the rest of the rollout, as in Brax PPO's unrolls."""
+        unroll_length = self.run.algo.unroll_length
+        if not unroll_length:
+            return done
+        return jnp.logical_or(done, rollout.unroll_ends(done.shape[0], unroll_length))
+
+    def _unrolls(self, obs_norm, obs: jnp.ndarray, values: jnp.ndarray, batch: rollout.Batch) -> Unrolls:
+        """The rollout ``[T, N, ...]`` as ``[N * T / k, k, ...]`` unrolls (env-major)."""
+        k = self.run.algo.unroll_steps()
+
+        def cut(x):  # [T, N, ...] -> [N, T, ...] -> [N * T/k, k, ...]
+            x = time_major(x)
+            return x.reshape((x.shape[0] * x.shape[1] // k, k) + x.shape[2:])
+
+        # the observation each unroll's last step reached (before any auto-reset): [T/k, N, ...]
+        next_obs = envs.obs_norm_apply(obs_norm, batch.final_obs[k - 1::k])
+        next_obs = time_major(next_obs).reshape((-1,) + next_obs.shape[2:])
+        truncated = jnp.logical_and(batch.done, jnp.logical_not(batch.terminated))
+        return Unrolls(cut(obs), cut(batch.action), cut(batch.log_prob), cut(values), cut(batch.reward),
+                       cut(batch.terminated), cut(truncated), next_obs)
 
     def next_obs_norm(self, obs_norm, experience: Experience):
         """The observation statistics after this rollout (None when observations are not normalised)."""
@@ -291,7 +339,10 @@ class ActorCriticStage:
                     episodes=stats.count, env_steps=jnp.asarray(self.global_batch_size, jnp.uint32))
 
 
-def make_stage(run: RunConfig, env, env_params, spec: EnvSpec, axis_name: str | None = None) -> ActorCriticStage:
+def make_stage(run: RunConfig, env, env_params, spec: EnvSpec, axis_name: str | None = None,
+               unrolls: bool = False) -> ActorCriticStage:
+    """``unrolls``: the batch is :class:`Unrolls` without GAE (feed-forward networks only)."""
+    if unrolls and run.network.is_recurrent:
+        raise ValueError("Unrolls are for feed-forward networks")  # PPOConfig.validate refuses it first
     return ActorCriticStage(run, env, env_params, spec, for_spec(spec.discrete, run.network.action_dist, spec),
-                            DataAxis(axis_name),
-                            make_networks(spec, run.network))
+                            DataAxis(axis_name), make_networks(spec, run.network), unrolls)

@@ -157,17 +157,50 @@ def gae(rewards: jnp.ndarray, values: jnp.ndarray, next_values: jnp.ndarray, ter
     not_terminated = 1.0 - terminated.astype(jnp.float32)
     not_done = 1.0 - done.astype(jnp.float32)
     deltas = rewards + gamma * not_terminated * next_values - values
+    advantages = _backward_affine(gamma * gae_lambda * not_done, deltas)
+    return advantages, advantages + values
 
-    # A_t = delta_t + c_t A_{t+1} with c_t = gamma * lambda * not_done_t: an affine recurrence, solved
-    # by a parallel (associative) scan in log2(T) vectorised steps instead of T sequential ones.
+
+def _backward_affine(coefs: jnp.ndarray, terms: jnp.ndarray) -> jnp.ndarray:
+    """``x_t = terms_t + coefs_t x_{t+1}`` (``x_T = 0``) along axis 0 of ``[T, ...]`` inputs."""
+
+    # an affine recurrence, solved by a parallel (associative) scan in log2(T) vectorised steps
+    # instead of T sequential ones
     def _compose(later, earlier):
         coef_l, value_l = later
         coef_e, value_e = earlier
         return coef_l * coef_e, value_e + coef_e * value_l
 
-    _, advantages = jax.lax.associative_scan(_compose, (gamma * gae_lambda * not_done, deltas),
-                                             reverse=True, axis=0)
-    return advantages, advantages + values
+    _, out = jax.lax.associative_scan(_compose, (coefs, terms), reverse=True, axis=0)
+    return out
+
+
+def unroll_ends(num_steps: int, unroll_length: int) -> jnp.ndarray:
+    """``[num_steps, 1]`` bool: true at the last step of every ``unroll_length``-step segment."""
+    return (jnp.arange(num_steps) % unroll_length == unroll_length - 1)[:, None]
+
+
+def unroll_gae(rewards: jnp.ndarray, values: jnp.ndarray, bootstrap_value: jnp.ndarray,
+               terminated: jnp.ndarray, truncated: jnp.ndarray, gamma, gae_lambda):
+    """Brax PPO's GAE over unrolls (``brax.training.agents.ppo.losses.compute_gae``): inputs ``[T, B]``,
+    one column per unroll of ``T`` steps; ``bootstrap_value [B]`` is V of the observation after each
+    unroll's last step. Returns ``(vs, advantages)``, both ``[T, B]``.
+
+    ``vs`` are the lambda-returns (``V + GAE``). The advantages are Brax's, not GAE's: the one-step
+    error against the next step's lambda-return, ``r_t + gamma (1 - terminated_t) vs_{t+1} - V_t``,
+    which is ``GAE_t + gamma (1 - lambda) (1 - terminated_t) GAE_{t+1}``. A truncated step (time limit,
+    not terminated) gets advantage 0 and ``vs = V`` and stops the recursion: its episode is bootstrapped
+    from V of the truncated step's own observation (the auto-reset observation follows it here, as in
+    Brax), so the env's last transition before a time limit does not count.
+    """
+    not_terminated = 1.0 - terminated.astype(jnp.float32)
+    kept = 1.0 - truncated.astype(jnp.float32)
+    next_values = jnp.concatenate([values[1:], bootstrap_value[None]], axis=0)
+    deltas = (rewards + gamma * not_terminated * next_values - values) * kept
+    vs = _backward_affine(gamma * gae_lambda * not_terminated * kept, deltas) + values
+    next_vs = jnp.concatenate([vs[1:], bootstrap_value[None]], axis=0)
+    advantages = (rewards + gamma * not_terminated * next_vs - values) * kept
+    return vs, advantages
 
 
 # =====================================================================================================
