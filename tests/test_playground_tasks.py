@@ -80,7 +80,7 @@ def test_an_unknown_task_names_the_closest():
 
 def test_every_task_maps_and_an_unlisted_key_is_refused(monkeypatch):
     """Every key of every task's config is in one of the tables; a key in none is refused, naming it;
-    the pending options are reported with Playground's values."""
+    Brax's own choices are set with Playground's values."""
     from purejaxrl_opt.envs import playground_ppo
     from purejaxrl_opt.envs.playground import ids
 
@@ -90,8 +90,7 @@ def test_every_task_maps_and_an_unlisted_key_is_refused(monkeypatch):
     node = playground_ppo.ppo_node("CartpoleSwingup")
     assert (node["env"]["reward_scale"], node["network"]["action_dist"], node["env"]["obs_norm_style"]) == (
         10.0, "tanh_normal", "brax")  # Brax's choices, as Playground's config and Brax's defaults say
-    assert playground_ppo.pending("CartpoleSwingup") == {
-        "algo.unroll_length": 30, "algo.recompute_advantages": True}
+    assert (node["algo"]["unroll_length"], node["algo"]["recompute_advantages"]) == (30, True)
     for key, value in (("normalize_observations_std_eps", 1e-3), ("normalize_observations_mode", "ema"),
                        ("network_factory.distribution_type", "beta")):
         monkeypatch.setattr(playground_ppo, "brax_ppo_config",
@@ -216,11 +215,12 @@ def test_go1_trains_through_the_cli_with_its_asymmetric_critic(tmp_path):
                  "logger=none", f"hydra.run.dir={run_dir}", timeout=1500,
                  env=cli_environment(MENAGERIE_ROOT=str(root)))
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "not applied yet (pending options): env.reward_scale=1.0, algo.unroll_length=20" in result.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] == 1280 and summary["num_updates"] == 2
     assert np.isfinite(summary["final_return_mean"])
     from omegaconf import OmegaConf
 
     recorded = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+    assert (recorded.algo.unroll_length, recorded.env.reward_scale, recorded.network.action_dist) == (
+        20, 1.0, "tanh_normal")  # Playground's Go1 config and Brax's default distribution
     assert recorded.env.params.critic_obs_key == "privileged_state"

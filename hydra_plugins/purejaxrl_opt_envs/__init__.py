@@ -15,8 +15,7 @@ node with ``normalize_obs: true``, the default Playground's and Brax's PPO users
 Playground task without a file of its own (a file states where this project deliberately differs, and
 includes the mapped values as ``/playground_ppo/<task>``, the same node under another name). Its
 ``algo.num_steps`` is an expression of the run's ``algo.num_envs`` (config/resolvers.py, registered
-here), so a ``num_envs`` given on the command line is scaled to, or refused. Loading the node prints
-one line naming the Brax choices it cannot set yet (the pending options). An unknown task gets no
+here), so a ``num_envs`` given on the command line is scaled to, or refused. An unknown task gets no
 node: the env id's check names the closest ids.
 
 ``algo=<name>``: the ``algo`` group is the algorithms of ``purejaxrl_opt.config.schema.ALGORITHMS``,
@@ -57,7 +56,6 @@ PLAYGROUND_PPO_GROUP = "playground_ppo"
 # libraries whose env node normalises observations, as their own PPO does by default
 NORMALIZED_OBS_LIBRARIES = ("playground", "brax")
 
-_reported: set[str] = set()
 
 
 def _register_resolvers() -> None:
@@ -93,15 +91,9 @@ def _playground_task(group: str, name: str) -> str | None:
 
 
 def _playground_ppo_node(task: str):
-    import sys
-
     from purejaxrl_opt.envs import playground_ppo
 
-    node = OmegaConf.create(playground_ppo.ppo_node(task))
-    if task not in _reported:
-        _reported.add(task)
-        print(f"purejaxrl_opt: {playground_ppo.report(task)}", file=sys.stderr)
-    return node
+    return OmegaConf.create(playground_ppo.ppo_node(task))
 
 
 def _algorithms() -> dict:

@@ -7,9 +7,9 @@ task's config into the values of a composed run (``algo.*``, ``network.*``, ``en
 ``tuned/ppo_playground/<task>``: ``algo=ppo env=playground/<task>`` composes it for every task that
 has no file of its own, and every key stays overridable on the command line.
 
-Every key of a ``brax_ppo_config`` is in exactly one table: :data:`MAPPED` (onto which key of ours, how),
-:data:`PENDING` (a Brax choice whose option of ours is not there yet: reported, see :func:`report`),
-:data:`IGNORED` (with the reason). A key in none of them (a newer Playground's) is refused, naming it:
+Every key of a ``brax_ppo_config`` is in exactly one table: :data:`MAPPED` (onto which key of ours, how)
+or :data:`IGNORED` (with the reason); :data:`ALWAYS` holds what Brax does on every task without a key
+saying so. A key in none of them (a newer Playground's) is refused, naming it:
 nothing is dropped silently. A key Playground leaves out of a task's config takes Brax's own default
 (the signature of ``brax.training.agents.ppo.train.train`` and of ``ppo.networks.make_ppo_networks``),
 as Brax's ``train`` would.
@@ -21,8 +21,7 @@ times. Here one update is the same ``u`` unrolls of every env, ``num_steps = unr
 run's ``algo.num_envs`` (default: Playground's ``num_envs``; the user's wins, also on the command
 line); ``num_minibatches`` and the epochs are kept, so each minibatch is ``num_envs * u /
 num_minibatches`` whole unrolls, and a ``num_envs`` that does not split so is refused
-(config/resolvers.py). Until ``algo.unroll_length`` exists the rollout is bootstrapped once at its end,
-not after every unroll (pending, below).
+(config/resolvers.py); ``algo.unroll_length`` bootstraps GAE after every unroll, as Brax does.
 
 This module imports Playground's config modules (not its envs) and brax's PPO signature when called;
 config/ cannot (it imports nothing above it), so it lives in the env layer, beside the adapter.
@@ -132,7 +131,8 @@ MAPPED: dict[str, Mapped] = {
     "num_envs": Mapped("algo.num_envs", int, "the default; the run's algo.num_envs wins"),
     "batch_size": Mapped(None, note=f"algo.num_steps = unroll_length * batch_size * num_minibatches / num_envs "
                                     f"(Brax's), checked at the run's algo.num_envs (${{{NUM_STEPS}:...}})"),
-    "unroll_length": Mapped(None, note="algo.num_steps (see batch_size); its bootstrapping: PENDING"),
+    "unroll_length": Mapped("algo.unroll_length", int, "GAE bootstrapped after every unroll; also "
+                                                        "algo.num_steps (see batch_size)"),
     "num_timesteps": Mapped("total_timesteps", int),
     "normalize_observations": Mapped("env.normalize_obs", bool),
     "episode_length": Mapped("env.params.episode_length", int,
@@ -161,21 +161,9 @@ MAPPED: dict[str, Mapped] = {
 }
 
 
-@dataclass(frozen=True)
-class Pending:
-    """A Brax choice whose option of ours (the names in docs/environments.md) is not in this build yet:
-    ``target`` is the key it will set, ``value`` what it will set it to (None: Brax's value as it is)."""
-
-    target: str
-    value: Any = None
-    note: str = ""
-
-
-PENDING: dict[str, Pending] = {
-    "unroll_length": Pending("algo.unroll_length", note="GAE bootstrapped after every unroll_length steps"),
-    "recompute_advantages": Pending("algo.recompute_advantages", True,
-                                    note="Brax computes GAE inside each minibatch's loss (no brax key: always so)"),
-}
+# set on every task: Brax computes GAE inside each minibatch's loss, from the current value network (no
+# key of its config says so)
+ALWAYS: dict[str, Any] = {"algo.recompute_advantages": True}
 
 IGNORED: dict[str, str] = {
     "num_evals": "how many times Brax evaluates during training (its progress log); ours: eval_every (in "
@@ -259,11 +247,11 @@ def ppo_node(task: str, impl: str = "jax") -> dict[str, Any]:
     that checks the run's ``algo.num_envs``. A key in none of the tables, or a value with no
     counterpart, is a ConfigError naming it."""
     brax = {**brax_defaults(), **brax_ppo_config(task, impl)}
-    unknown = sorted(set(brax) - set(MAPPED) - set(PENDING) - set(IGNORED))
+    unknown = sorted(set(brax) - set(MAPPED) - set(IGNORED))
     if unknown:
         raise ConfigError(f"Playground's brax_ppo_config({task!r}) has key {unknown[0]!r} = {brax[unknown[0]]!r}, "
-                          "which purejaxrl_opt/envs/playground_ppo.py neither maps, nor lists as pending or "
-                          f"ignored; known keys: {sorted({*MAPPED, *PENDING, *IGNORED})}")
+                          "which purejaxrl_opt/envs/playground_ppo.py neither maps nor ignores; known keys: "
+                          f"{sorted({*MAPPED, *IGNORED})}")
     # what the adapter uses when env.params does not say (its defaults: Playground's env config)
     adapter_defaults = {"env.params.obs_key": "state",
                         "env.params.critic_obs_key": brax.get("network_factory.policy_obs_key", "state"),
@@ -290,28 +278,12 @@ def ppo_node(task: str, impl: str = "jax") -> dict[str, Any]:
         raise ConfigError(f"Playground's brax_ppo_config({task!r}): batch_size * num_minibatches = "
                           f"{batch_size * num_minibatches} is not a multiple of num_envs = {num_envs}")
     unrolls = batch_size * num_minibatches // num_envs
+    for target, value in ALWAYS.items():
+        _set(node, target, value)
     _set(node, "algo.num_steps",
          f"${{{NUM_STEPS}:${{algo.num_envs}},{int(brax['unroll_length'])},{unrolls},{int(num_minibatches)},"
          f"playground/{task}}}")
     return node
-
-
-def pending(task: str, impl: str = "jax") -> dict[str, Any]:
-    """``{our pending key: the value Brax's config gives it}`` for ``task`` (what :func:`ppo_node`
-    cannot set yet)."""
-    brax = {**brax_defaults(), **brax_ppo_config(task, impl)}
-    found = {}
-    for key, rule in PENDING.items():
-        if key in brax or rule.value is not None:
-            found[rule.target] = rule.value if rule.value is not None else brax[key]
-    return found
-
-
-def report(task: str, impl: str = "jax") -> str:
-    """One line naming what of Playground's config for ``task`` is not applied in this build."""
-    items = ", ".join(f"{target}={value!r}" for target, value in pending(task, impl).items())
-    return (f"playground/{task}: Playground's tuned PPO config mapped (docs/environments.md); not applied "
-            f"yet (pending options): {items}")
 
 
 def scaled_num_steps(task: str, num_envs: int, impl: str = "jax") -> int:
@@ -324,5 +296,5 @@ def scaled_num_steps(task: str, num_envs: int, impl: str = "jax") -> int:
                               f"playground/{task}")
 
 
-__all__ = ["IGNORED", "MAPPED", "PENDING", "brax_defaults", "brax_ppo_config", "env_defaults", "family",
-           "pending", "ppo_node", "report", "scaled_num_steps"]
+__all__ = ["ALWAYS", "IGNORED", "MAPPED", "brax_defaults", "brax_ppo_config", "env_defaults", "family",
+           "ppo_node", "scaled_num_steps"]
