@@ -605,18 +605,13 @@ def main(cfg, out_dir) -> float:
     from purejaxrl_opt.host.parallel import is_main_process
 
     settings = parse_settings(cfg)
-    if not is_main_process():  # several processes: process 0 holds the run dir and writes everything
-        try:
-            summary = execute(settings, out_dir)
-        except reward_lib.RewardError as error:
-            print(f"purejaxrl_opt: reward function error: {error}", file=sys.stderr)
-            sys.exit(1)
-        after = summary["held_out_after"]
-        return float(after.get("accuracy", after["reward"]))
-    # the run directory belongs to this run (as on the env path): a second run into it is refused,
-    # and the recorded config is written only once the run is validated and holds the directory
-    target = settings.resume or out_dir
-    try:
+
+    def run() -> dict:
+        if not is_main_process():  # several processes: process 0 holds the run dir and writes everything
+            return execute(settings, out_dir)
+        # the run directory belongs to this run (as on the env path): a second run into it is refused,
+        # and the recorded config is written only once the run is validated and holds the directory
+        target = settings.resume or out_dir
         with rundir.lock(target):
             if settings.resume is None:
                 if checkpoint.tree_steps(Path(target)):  # refused by execute: keep that run's record
@@ -624,7 +619,10 @@ def main(cfg, out_dir) -> float:
                         f"{Path(target) / checkpoint.DIRNAME} already holds checkpoints; continue that "
                         f"run with resume={target} or choose another run dir (nothing was overwritten)")
                 rundir.write_hydra_record(target, cfg)
-            summary = execute(settings, out_dir)
+            return execute(settings, out_dir)
+
+    try:
+        summary = run()
     except reward_lib.RewardError as error:
         print(f"purejaxrl_opt: reward function error: {error}", file=sys.stderr)
         sys.exit(1)
