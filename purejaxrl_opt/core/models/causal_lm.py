@@ -8,7 +8,10 @@ RMSNorm and a head that is the transposed embedding when ``tie_word_embeddings``
 the q/k/v projections, Qwen3 an RMSNorm over each head's q and k before the rotation.
 
 Params are a plain nested dict of arrays (``param_shapes`` gives every shape), the layers stacked on a
-leading ``num_layers`` axis so one ``lax.scan`` runs them (compile time does not grow with depth).
+leading ``num_layers`` axis so one ``lax.scan`` runs them in the full forward and the prefill (compile
+time does not grow with depth). The one-token decode step instead unrolls the layers over per-layer
+weights (:func:`decode_layers`), made once per generation: a scan would slice every weight into a copy
+every step.
 Dense kernels are ``[in, out]`` (the transpose of a Hugging Face ``Linear.weight``)::
 
     embed [V, d]; final_norm [d]; lm_head [d, V] (untied only)
@@ -24,7 +27,8 @@ Entry points (``cfg`` is static: jit them with ``static_argnames="cfg"``):
 * :func:`prefill` / :func:`decode`: the KV cache. ``prefill`` encodes padded prompts into a cache of
   ``max_len`` slots and returns each row's logits after its last real token; ``decode`` appends one
   token per row at the shared slot ``cache.index`` and returns the next logits. The cache has a fixed
-  shape, so it can be a ``lax.scan`` / ``while_loop`` carry (:mod:`purejaxrl_opt.core.models.sampling`).
+  shape, so it can be a ``lax.scan`` / ``while_loop`` carry (:mod:`purejaxrl_opt.core.models.sampling`);
+  every decode step attends over all ``max_len`` slots, the empty ones masked.
 
 Parameters and activations are in ``cfg.dtype`` (float32 or bfloat16); RMSNorm statistics, rotary
 angles, attention softmax and the output logits are float32.
