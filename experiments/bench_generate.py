@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from provenance import stamp  # noqa: E402
+import provenance  # noqa: E402
 
 from purejaxrl_opt.host.lm import load  # noqa: E402
 from purejaxrl_opt.core.models import causal_lm  # noqa: E402
@@ -54,9 +54,11 @@ def smollm2_path() -> Path:
 @functools.partial(jax.jit, static_argnames=("cfg", "steps"))
 def decode_loop(params, cfg, token, cache, steps):
     """``steps`` greedy decode steps from ``cache``: the generated tokens ``[steps, B]``."""
+    layers = causal_lm.decode_layers(params, cfg)
+
     def step(carry, _):
         token, cache = carry
-        logits, cache = causal_lm.decode(params, cfg, token, cache)
+        logits, cache = causal_lm.decode(params, cfg, token, cache, layers)
         token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
         return (token, cache), token
 
@@ -121,14 +123,14 @@ def main(argv=None) -> dict:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default="experiments/results/bench_generate/ours.json")
     args = parser.parse_args(argv)
-    provenance = stamp()  # before the long run: the code as it was when the measurement began
+    stamp = provenance.stamp()  # before the long run: the code as it was when the measurement began
     path = Path(args.model) if args.model else smollm2_path()
     start = time.perf_counter()
     lm = load(path, dtype=args.dtype)
     load_s = time.perf_counter() - start
     params_bytes = int(sum(x.nbytes for x in jax.tree_util.tree_leaves(lm.params)))
     num_params = int(sum(x.size for x in jax.tree_util.tree_leaves(lm.params)))
-    results = {**provenance, "model": path.name, "dtype": args.dtype, "num_params": num_params,
+    results = {**stamp, "model": path.name, "dtype": args.dtype, "num_params": num_params,
                "params_bytes": params_bytes, "load_seconds": load_s,
                "device": str(jax.devices()[0].device_kind), "backend": jax.default_backend(),
                "jax": jax.__version__, "machine": platform.machine(),

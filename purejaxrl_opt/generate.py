@@ -116,6 +116,6 @@ def _main():
 if __name__ == "__main__":
     from purejaxrl_opt.host.xla_flags import set_default_xla_flags
 
-    set_default_xla_flags()
+    set_default_xla_flags(language_model=True)
 
     _main()

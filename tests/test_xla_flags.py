@@ -64,3 +64,14 @@ def test_jax_platforms_decides_over_installed_plugins(cpu_host):
         assert not xla_flags.runs_on_cpu()
         xla_flags.set_default_xla_flags()
         assert "XLA_FLAGS" not in xla_flags.os.environ
+
+
+def test_language_model_entry_points_add_ynnpack_fusions_unless_the_user_chose(cpu_host):
+    xla_flags.set_default_xla_flags(language_model=True)
+    assert xla_flags.os.environ["XLA_FLAGS"].split() == [
+        "--xla_backend_optimization_level=1", "--xla_force_host_platform_device_count=4",
+        "--xla_cpu_experimental_ynn_fusion_type=dot,eltwise,reduce"]
+    cpu_host.setenv("XLA_FLAGS", "--xla_cpu_experimental_ynn_fusion_type=reduce")
+    xla_flags.set_default_xla_flags(language_model=True)
+    assert "--xla_cpu_experimental_ynn_fusion_type=reduce" in xla_flags.os.environ["XLA_FLAGS"]
+    assert "dot,eltwise,reduce" not in xla_flags.os.environ["XLA_FLAGS"]

@@ -8,7 +8,10 @@ RMSNorm and a head that is the transposed embedding when ``tie_word_embeddings``
 the q/k/v projections, Qwen3 an RMSNorm over each head's q and k before the rotation.
 
 Params are a plain nested dict of arrays (``param_shapes`` gives every shape), the layers stacked on a
-leading ``num_layers`` axis so one ``lax.scan`` runs them (compile time does not grow with depth).
+leading ``num_layers`` axis so one ``lax.scan`` runs them in the full forward and the prefill (compile
+time does not grow with depth). The one-token decode step instead unrolls the layers over per-layer
+weights (:func:`decode_layers`), made once per generation: a scan would slice every weight into a copy
+every step.
 Dense kernels are ``[in, out]`` (the transpose of a Hugging Face ``Linear.weight``)::
 
     embed [V, d]; final_norm [d]; lm_head [d, V] (untied only)
@@ -24,7 +27,8 @@ Entry points (``cfg`` is static: jit them with ``static_argnames="cfg"``):
 * :func:`prefill` / :func:`decode`: the KV cache. ``prefill`` encodes padded prompts into a cache of
   ``max_len`` slots and returns each row's logits after its last real token; ``decode`` appends one
   token per row at the shared slot ``cache.index`` and returns the next logits. The cache has a fixed
-  shape, so it can be a ``lax.scan`` / ``while_loop`` carry (:mod:`purejaxrl_opt.core.models.sampling`).
+  shape, so it can be a ``lax.scan`` / ``while_loop`` carry (:mod:`purejaxrl_opt.core.models.sampling`);
+  every decode step attends over all ``max_len`` slots, the empty ones masked.
 
 Parameters and activations are in ``cfg.dtype`` (float32 or bfloat16); RMSNorm statistics, rotary
 angles, attention softmax and the output logits are float32.
@@ -348,13 +352,19 @@ def lm_head(params: dict, cfg: LMConfig, hidden: jnp.ndarray) -> jnp.ndarray:
 class KVCache(NamedTuple):
     """Fixed-shape decoding state of ``B`` sequences in ``S`` slots.
 
-    k, v: ``[N, B, S, K, D]`` in ``cfg.dtype`` (rotated keys); mask: bool ``[B, S]``, slots holding a
-    real token; position: int32 ``[B]``, the rotary position of each row's next token (its count of real
-    tokens); index: int32 ``[]``, the slot the next token goes to (shared by all rows).
+    k, v: one array per layer (tuples of ``N``), each ``[B, K, S, D]`` in ``cfg.dtype`` (rotated keys);
+    mask: bool ``[B, S]``, slots holding a real token; position: int32 ``[B]``, the rotary position of
+    each row's next token (its count of real tokens); index: int32 ``[]``, the slot the next token goes
+    to (shared by all rows).
+
+    Why this layout: a layer's keys are their own buffer, which a decode step reads where it lies and
+    writes one slot of in place (a layer sliced out of a stacked ``[N, ...]`` array is a copy on the
+    CPU, every layer of every step); and the key/value heads come before the slots, so both attention
+    products read the cache as it is stored, with no transposed copy.
     """
 
-    k: jnp.ndarray
-    v: jnp.ndarray
+    k: tuple
+    v: tuple
     mask: jnp.ndarray
     position: jnp.ndarray
     index: jnp.ndarray
@@ -362,8 +372,9 @@ class KVCache(NamedTuple):
 
 def init_cache(cfg: LMConfig, batch_size: int, max_len: int) -> KVCache:
     """An empty cache of ``max_len`` slots (no parameters needed)."""
-    shape = (cfg.num_layers, batch_size, max_len, cfg.num_kv_heads, cfg.head_dim)
-    return KVCache(jnp.zeros(shape, cfg.jnp_dtype), jnp.zeros(shape, cfg.jnp_dtype),
+    shape = (batch_size, cfg.num_kv_heads, max_len, cfg.head_dim)
+    empty = tuple(jnp.zeros(shape, cfg.jnp_dtype) for _ in range(cfg.num_layers))
+    return KVCache(empty, tuple(jnp.zeros(shape, cfg.jnp_dtype) for _ in range(cfg.num_layers)),
                    jnp.zeros((batch_size, max_len), bool), jnp.zeros((batch_size,), jnp.int32),
                    jnp.zeros((), jnp.int32))
 
@@ -383,37 +394,90 @@ def prefill(params: dict, cfg: LMConfig, tokens: jnp.ndarray, attention_mask: jn
     hidden, (ks, vs) = _encode(params, cfg, tokens, mask, keep_kv=True)
     last = length - 1 - jnp.argmax(mask[:, ::-1], axis=1)  # each row's last real token
     last_hidden = jnp.take_along_axis(hidden, last[:, None, None], axis=1)[:, 0]
-    pad = [(0, 0), (0, 0), (0, max_len - length), (0, 0), (0, 0)]
-    cache = KVCache(jnp.pad(ks, pad), jnp.pad(vs, pad), jnp.pad(mask, [(0, 0), (0, max_len - length)]),
+    pad = [(0, 0), (0, 0), (0, max_len - length), (0, 0)]
+
+    def per_layer(kv):  # [N, B, L, K, D] -> N x [B, K, max_len, D]
+        return tuple(jnp.pad(kv[i].transpose(0, 2, 1, 3), pad) for i in range(cfg.num_layers))
+
+    cache = KVCache(per_layer(ks), per_layer(vs), jnp.pad(mask, [(0, 0), (0, max_len - length)]),
                     jnp.sum(mask, axis=1).astype(jnp.int32), jnp.asarray(length, jnp.int32))
     return _head(params, cfg, last_hidden), cache
 
 
-def decode(params: dict, cfg: LMConfig, token: jnp.ndarray, cache: KVCache):
+def decode_layers(params: dict, cfg: LMConfig) -> tuple:
+    """The layer weights as :func:`decode` reads them: ``params["layers"]`` split into ``N`` dicts, with
+    q/k/v joined into one kernel ``qkv [d, (H + 2K) * D]`` (and ``qkv_bias``) and gate/up into
+    ``gate_up [d, 2F]``.
+
+    Made once per generation, outside its loop (:func:`purejaxrl_opt.core.models.sampling.generate`):
+    on the CPU a layer sliced from the stacked params is a copy, so slicing inside the loop copies every
+    weight every step, and one wide product per layer input runs faster than three or two narrow ones.
+    Costs a second copy of the layer weights while it lives.
+    """
+    out = []
+    for i in range(cfg.num_layers):
+        layer = {name: w[i] for name, w in params["layers"].items()}
+        layer["qkv"] = jnp.concatenate([layer.pop("q"), layer.pop("k"), layer.pop("v")], axis=-1)
+        if cfg.attention_bias:
+            layer["qkv_bias"] = jnp.concatenate(
+                [layer.pop("q_bias"), layer.pop("k_bias"), layer.pop("v_bias")], axis=-1)
+        layer["gate_up"] = jnp.concatenate([layer.pop("gate"), layer.pop("up")], axis=-1)
+        out.append(layer)
+    return tuple(out)
+
+
+def _attend_cache(q: jnp.ndarray, k: jnp.ndarray, v: jnp.ndarray, allowed: jnp.ndarray) -> jnp.ndarray:
+    """One query per row against a layer's cache: q ``[B, H, D]``, k/v ``[B, K, S, D]``, ``allowed``
+    bool ``[B, S]`` -> ``[B, H*D]`` (the math of :func:`attend`)."""
+    batch, heads, dim = q.shape
+    kv_heads = k.shape[1]
+    q = q.reshape(batch, kv_heads, heads // kv_heads, dim)
+    scores = jnp.einsum("bkgd,bksd->bkgs", q, k, preferred_element_type=jnp.float32)
+    scores = scores / jnp.sqrt(jnp.float32(dim))
+    scores = jnp.where(allowed[:, None, None], scores, _MASKED)
+    weights = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    return jnp.einsum("bkgs,bksd->bkgd", weights, v).reshape(batch, heads * dim)
+
+
+def decode(params: dict, cfg: LMConfig, token: jnp.ndarray, cache: KVCache, layers: tuple | None = None):
     """Append ``token int [B]`` (one per row) at slot ``cache.index`` and rotary position
     ``cache.position``; returns ``(logits float32 [B, V] for the next token, KVCache)``.
 
-    Each layer writes its keys/values into the cache in place (the cache is the layer scan's carry, so
-    XLA updates one slot instead of copying ``[N, B, S, K, D]``). Past the last slot, the write lands on
-    the last slot: size ``max_len`` for every token a caller decodes.
+    ``layers`` is :func:`decode_layers` of ``params``, made once outside a decoding loop (made here when
+    None). The layers are unrolled: each writes its keys/values into its own cache buffer in place.
+    Past the last slot, the write lands on the last slot: size ``max_len`` for every token a caller
+    decodes.
     """
+    if layers is None:
+        layers = decode_layers(params, cfg)
     inv_freq = rope_inv_freq(cfg)
     slot = cache.index
     positions = cache.position[:, None]  # [B, 1]
-    mask = jax.lax.dynamic_update_slice(cache.mask, jnp.ones((token.shape[0], 1), bool), (0, slot))
-    x = jnp.take(params["embed"], token[:, None], axis=0).astype(cfg.jnp_dtype)  # [B, 1, d]
-
-    def layer_step(carry, layer):
-        x, ks, vs, i = carry
-        q, k, v = _qkv(cfg, layer, x, positions, inv_freq)
-        ks = jax.lax.dynamic_update_slice(ks, k[None].astype(ks.dtype), (i, 0, slot, 0, 0))
-        vs = jax.lax.dynamic_update_slice(vs, v[None].astype(vs.dtype), (i, 0, slot, 0, 0))
-        layer_k = jax.lax.dynamic_index_in_dim(ks, i, axis=0, keepdims=False)
-        layer_v = jax.lax.dynamic_index_in_dim(vs, i, axis=0, keepdims=False)
-        x = _finish(cfg, layer, x, attend(q, layer_k, layer_v, mask[:, None, :]))
-        return (x, ks, vs, i + 1), None
-
-    (x, ks, vs, _), _ = jax.lax.scan(layer_step, (x, cache.k, cache.v, jnp.int32(0)),
-                                     params["layers"])
-    hidden = rms_norm(x[:, 0], params["final_norm"], cfg.rms_norm_eps)
-    return _head(params, cfg, hidden), KVCache(ks, vs, mask, cache.position + 1, slot + 1)
+    batch = token.shape[0]
+    heads, kv_heads, dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    splits = [heads * dim, (heads + kv_heads) * dim]
+    mask = jax.lax.dynamic_update_slice(cache.mask, jnp.ones((batch, 1), bool), (0, slot))
+    x = jnp.take(params["embed"], token, axis=0).astype(cfg.jnp_dtype)  # [B, d]
+    ks, vs = list(cache.k), list(cache.v)
+    for i, layer in enumerate(layers):
+        h = rms_norm(x, layer["attn_norm"], cfg.rms_norm_eps)
+        qkv = h @ layer["qkv"]
+        if cfg.attention_bias:
+            qkv = qkv + layer["qkv_bias"]
+        q, k, v = jnp.split(qkv, splits, axis=-1)
+        q = q.reshape(batch, 1, heads, dim)
+        k = k.reshape(batch, 1, kv_heads, dim)
+        if cfg.qk_norm:
+            q = rms_norm(q, layer["q_norm"], cfg.rms_norm_eps)
+            k = rms_norm(k, layer["k_norm"], cfg.rms_norm_eps)
+        q, k = apply_rope(q, positions, inv_freq)[:, 0], apply_rope(k, positions, inv_freq)
+        at = (0, 0, slot, 0)
+        ks[i] = jax.lax.dynamic_update_slice(ks[i], k.transpose(0, 2, 1, 3).astype(ks[i].dtype), at)
+        vs[i] = jax.lax.dynamic_update_slice(
+            vs[i], v.reshape(batch, kv_heads, 1, dim).astype(vs[i].dtype), at)
+        x = x + _attend_cache(q, ks[i], vs[i], mask) @ layer["o"]
+        h = rms_norm(x, layer["mlp_norm"], cfg.rms_norm_eps)
+        gate, up = jnp.split(h @ layer["gate_up"], 2, axis=-1)
+        x = x + (jax.nn.silu(gate) * up) @ layer["down"]
+    hidden = rms_norm(x, params["final_norm"], cfg.rms_norm_eps)
+    return _head(params, cfg, hidden), KVCache(tuple(ks), tuple(vs), mask, cache.position + 1, slot + 1)

@@ -76,6 +76,7 @@ def generate(params: dict, cfg: LMConfig, sampling: SamplingConfig, tokens: jnp.
     batch, length = tokens.shape
     steps = sampling.max_new_tokens
     logits, cache = causal_lm.prefill(params, cfg, tokens, attention_mask, length + steps)
+    layers = causal_lm.decode_layers(params, cfg)  # once, not every step
     stop_ids = jnp.asarray(sampling.stop_ids or (-1,), jnp.int32)
 
     def not_finished(state):
@@ -89,7 +90,7 @@ def generate(params: dict, cfg: LMConfig, sampling: SamplingConfig, tokens: jnp.
         out = jax.lax.dynamic_update_slice(out, token[:, None], (0, step))
         num_tokens = num_tokens + (~done).astype(jnp.int32)
         done = done | jnp.any(token[:, None] == stop_ids[None, :], axis=1)
-        logits, cache = causal_lm.decode(params, cfg, token, cache)
+        logits, cache = causal_lm.decode(params, cfg, token, cache, layers)
         return step + 1, logits, cache, out, done, num_tokens
 
     state = (jnp.int32(0), logits, cache, jnp.full((batch, steps), sampling.pad_id, jnp.int32),
