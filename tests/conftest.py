@@ -7,6 +7,12 @@ import os
 # keep tests on CPU and deterministic even where an accelerator is present
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+# mujoco picks its OpenGL backend once, when first imported, and test modules import brax or Playground
+# at collection, in file order: choose it as the Playground adapter does, before any of them
+from purejaxrl_opt.envs.opengl import set_headless_gl  # noqa: E402
+
+set_headless_gl()
+
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402

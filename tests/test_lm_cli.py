@@ -122,6 +122,7 @@ def sft_then_grpo(tmp_path_factory, cli_env):
     return root / "sft", root / "grpo"
 
 
+@pytest.mark.slow  # two CLI runs (SFT, then GRPO from it): ~27 s on 2 cores
 def test_sft_changes_the_starting_policy_and_grpo_starts_from_exactly_its_weights(sft_then_grpo):
     sft_dir, grpo_dir = sft_then_grpo
     sft = json.loads((sft_dir / "summary.json").read_text())
@@ -140,6 +141,7 @@ def test_sft_changes_the_starting_policy_and_grpo_starts_from_exactly_its_weight
     assert before == sft["held_out_after"]
 
 
+@pytest.mark.slow  # two CLI runs (SFT, then GRPO from it): ~27 s on 2 cores
 def test_the_samples_are_a_wandb_table_of_the_offline_run(sft_then_grpo):
     _, grpo_dir = sft_then_grpo
     (table_file,) = grpo_dir.glob("wandb/offline-run-*/files/media/table/samples_*.table.json")
@@ -172,6 +174,7 @@ def test_bad_sft_keys_are_refused_naming_them(overrides, fragment):
     assert fragment in str(error.value)
 
 
+@pytest.mark.slow  # two CLI runs (SFT, then GRPO from it): ~27 s on 2 cores
 def test_init_from_must_be_a_language_model_sft_run(sft_then_grpo, tmp_path):
     from purejaxrl_opt.config.errors import ConfigError
     from purejaxrl_opt.host.lm import runner

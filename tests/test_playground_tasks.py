@@ -124,6 +124,7 @@ def go1(tmp_path_factory):
             os.environ["MENAGERIE_ROOT"] = previous
 
 
+@pytest.mark.slow  # builds Go1's MJX env (~10 s); the layout itself: test_observation_layout_of_a_dict_observation
 def test_policy_reads_state_and_critic_privileged_state(go1):
     import jax
     import jax.numpy as jnp

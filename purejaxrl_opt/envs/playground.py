@@ -63,28 +63,9 @@ import os
 from typing import Any
 
 
-_GL_OFF = ("disable", "disabled", "off", "false", "0")  # mujoco's own spellings of "no OpenGL"
+from purejaxrl_opt.envs.opengl import _GL_OFF, headless_gl, set_headless_gl  # noqa: F401
 
-
-def headless_gl(environ=os.environ, find_library=None) -> str | None:
-    """The ``MUJOCO_GL`` to set before mujoco is imported, or None to leave the user's (or a display's).
-
-    mujoco picks its OpenGL backend when imported. A headless machine has no display for GLFW, so EGL;
-    where no libEGL is installed (seen on a GPU machine's image) mujoco's import itself fails with
-    ``MUJOCO_GL=egl``, so rendering is disabled there: training needs none, only ``evaluate --gif`` does.
-    """
-    if "MUJOCO_GL" in environ or environ.get("DISPLAY"):
-        return None
-    if find_library is None:
-        import ctypes.util
-
-        find_library = ctypes.util.find_library
-    return "egl" if find_library("EGL") else "disable"
-
-
-_GL = headless_gl()
-if _GL is not None:
-    os.environ["MUJOCO_GL"] = _GL
+set_headless_gl()  # before brax and mujoco are imported below
 
 import brax.envs as brax_envs  # noqa: E402
 import jax  # noqa: E402

@@ -185,6 +185,11 @@ _NETWORK_DEFAULTS = ("policy_hidden_layer_sizes", "value_hidden_layer_sizes", "a
 
 def brax_defaults() -> dict[str, Any]:
     """Brax's own defaults of the keys Playground's configs may leave out (flat keys)."""
+    # mujoco's OpenGL backend first, before brax imports mujoco (a mujoco imported without it takes
+    # GLFW, which fails on a machine without a display when a frame is rendered)
+    from purejaxrl_opt.envs.opengl import set_headless_gl
+
+    set_headless_gl()
     from brax.training.agents.ppo import networks as ppo_networks
     from brax.training.agents.ppo import train as ppo_train
 
@@ -210,6 +215,9 @@ def family(task: str) -> str:
 
 def brax_ppo_config(task: str, impl: str = "jax") -> dict[str, Any]:
     """Playground's ``brax_ppo_config(task, impl)`` as a flat dict (``network_factory.<key>``)."""
+    from purejaxrl_opt.envs.opengl import set_headless_gl
+
+    set_headless_gl()  # mujoco's OpenGL backend first, as above
     from mujoco_playground.config import dm_control_suite_params, locomotion_params, manipulation_params
 
     module = {"dm_control_suite": dm_control_suite_params, "locomotion": locomotion_params,
