@@ -67,6 +67,7 @@ def test_craftax_side_by_side_rebuilds_scores_and_training_returns(tmp_path):
     assert (round(got["baselines_craftax_full"]["iqm"], 2), round(got["ours_craftax_full"]["iqm"], 2)) == (1.54, 1.67)
 
 
+@pytest.mark.slow  # a peer process and a training run (~11 s on 2 cores)
 def test_a_peer_runner_runs_when_its_output_is_missing_and_is_read_back(tmp_path):
     """A CartPole suite: PPO trained here (4,096 steps), the same run read back as a stored entry, and a
     peer whose runner (experiments/peer_brax_ppo.py --from-log) writes the record its reader reads."""

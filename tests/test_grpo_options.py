@@ -245,6 +245,7 @@ def test_step_counters_are_exact_past_float32():
 NET = NetworkConfig(kind="transformer", d_model=32, num_layers=1, num_heads=2, mlp_ratio=2)
 
 
+@pytest.mark.slow  # a token-env compile (~13 s on 2 cores); the gymnax DAPO/GSPO run stays fast
 def test_dapo_style_gspo_run_on_a_token_env_counts_every_sampled_step():
     """Dynamic sampling (2x oversampled groups), GSPO's ratio, two-sided clipping, truncated-answer
     masking and the overlong penalty together on Addition-v0, inside one compile: the metrics are
