@@ -309,10 +309,12 @@ def test_bad_unroll_settings_are_config_errors(algo, network, words):
 
 
 def test_brax_unrolls_and_in_loss_gae_learn_cartpole():
-    """PPO with both options trains: CartPole's return rises well above a random policy's (~22)."""
+    """PPO with both options trains: CartPole's return rises well above a random policy's (~22).
+    Calibrated on seeds 0-15 (this config, vmapped): first 5 updates' mean at most 28.3, last 10
+    updates' mean 100.9 to 225.4; the bounds (40, 60) leave every seed a margin."""
     run = _run(PPOConfig(num_envs=8, num_steps=64, unroll_length=16, recompute_advantages=True,
                          num_minibatches=4, lr=1e-3), total_timesteps=40_960, eval_episodes=4)
     out = jax.jit(algos.make_train(run))(jax.random.PRNGKey(0))
     returns = np.asarray(out.metrics["return_mean"])
     assert np.isfinite(np.asarray(out.metrics["value_loss"])).all()
-    assert np.nanmean(returns[:5]) < 40 and np.nanmean(returns[-10:]) > 100, returns
+    assert np.nanmean(returns[:5]) < 40 and np.nanmean(returns[-10:]) > 60, returns
