@@ -356,17 +356,22 @@ def test_step_batch_equals_vmapped_step(cartpole):
 
 
 def test_headless_gl_picks_egl_only_where_libegl_exists():
+    from purejaxrl_opt.envs.opengl import headless_gl, set_headless_gl
+
     found = {"EGL": "libEGL.so.1"}.get
     missing = {}.get
-    assert pg.headless_gl({}, found) == "egl"
+    assert headless_gl({}, found) == "egl"
     # a GPU machine's image without libEGL: mujoco's import fails under egl, so rendering is disabled
-    assert pg.headless_gl({}, missing) == "disable"
+    assert headless_gl({}, missing) == "disable"
     # a user's choice and a display are left alone
-    assert pg.headless_gl({"MUJOCO_GL": "osmesa"}, missing) is None
-    assert pg.headless_gl({"DISPLAY": ":0"}, missing) is None
+    assert headless_gl({"MUJOCO_GL": "osmesa"}, missing) is None
+    assert headless_gl({"DISPLAY": ":0"}, missing) is None
     import ctypes.util
 
-    assert pg.headless_gl({}) == ("egl" if ctypes.util.find_library("EGL") else "disable")
+    expected = "egl" if ctypes.util.find_library("EGL") else "disable"
+    assert headless_gl({}) == expected
+    environ = {}
+    assert set_headless_gl(environ) == expected and environ == {"MUJOCO_GL": expected}
 
 
 def test_rendering_with_gl_disabled_is_a_clear_error(cartpole, monkeypatch):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-_GL_OFF = ("disable", "disabled", "off", "false", "0")  # mujoco's own spellings of "no OpenGL"
+GL_OFF = ("disable", "disabled", "off", "false", "0")  # mujoco's own spellings of "no OpenGL"
 
 
 def headless_gl(environ=os.environ, find_library=None) -> str | None:

@@ -63,7 +63,7 @@ import os
 from typing import Any
 
 
-from purejaxrl_opt.envs.opengl import _GL_OFF, headless_gl, set_headless_gl  # noqa: F401
+from purejaxrl_opt.envs.opengl import GL_OFF, set_headless_gl
 
 set_headless_gl()  # before brax and mujoco are imported below
 
@@ -244,7 +244,7 @@ class PlaygroundEnv(ResetWhereDone, Environment):
     def render_problem(self) -> str | None:
         """Why :meth:`render_frame` cannot work here (OpenGL disabled), or None."""
         gl = os.environ.get("MUJOCO_GL", "").lower().strip()
-        if gl in _GL_OFF:
+        if gl in GL_OFF:
             return (f"rendering a MuJoCo env needs OpenGL, but MUJOCO_GL={gl!r} (set where no libEGL is "
                     "found, see headless_gl): install libEGL (Debian/Ubuntu: libegl1) or set "
                     "MUJOCO_GL=osmesa (with OSMesa) before starting")
