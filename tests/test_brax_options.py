@@ -23,8 +23,18 @@ from purejaxrl_opt.core.algos.trpo import TRPOConfig
 from purejaxrl_opt.core.models.distributions import TanhNormal, for_spec
 from tests.conftest import cli, compose
 
-brax_distribution = pytest.importorskip("brax.training.distribution")
-running_statistics = pytest.importorskip("brax.training.acme.running_statistics")
+
+# Brax is imported by the tests that use it, not at collection (it imports MJX and Warp: seconds in
+# every test worker)
+@pytest.fixture(scope="module")
+def brax_distribution():
+    return pytest.importorskip("brax.training.distribution")
+
+
+@pytest.fixture(scope="module")
+def running_statistics():
+    return pytest.importorskip("brax.training.acme.running_statistics")
+
 
 D = 3
 
@@ -41,7 +51,7 @@ def _brax(params):
 
 
 # ----------------------------------------------------------------------------- tanh_normal
-def test_tanh_normal_is_brax_normal_tanh_distribution():
+def test_tanh_normal_is_brax_normal_tanh_distribution(brax_distribution):
     """Sample, log-prob, entropy, mode and KL against brax.training.distribution.NormalTanhDistribution
     (as make_ppo_networks builds it) on the same parameters and keys. The same float32 formulas: sample,
     log-prob and mode agree to 1e-6 relative; the entropy estimate to 1e-5 (summed terms); the KL to
@@ -125,7 +135,7 @@ def test_tanh_normal_trpo_step_keeps_its_exact_kl_inside_the_trust_region():
 
 
 # ----------------------------------------------------------------------------- obs_norm_style=brax
-def test_brax_obs_norm_is_brax_running_statistics():
+def test_brax_obs_norm_is_brax_running_statistics(running_statistics):
     """Three updates with rollout-shaped batches [T, N, D] (entries of very different means and
     scales, one constant entry) against brax's running_statistics.init_state/update/normalize: equal to
     float32 rounding (1e-6 relative); and the statistics are those of all the data (float64)."""
@@ -205,7 +215,8 @@ def test_reward_scale_multiplies_the_rewards_gae_sees_and_not_the_episode_return
     np.testing.assert_allclose(float(exp.stats.return_sum), reward[:20].sum(), rtol=1e-5)
 
 
-def test_brax_obs_norm_updates_before_the_policy_step_and_the_rollout_acts_on_the_old(stage_rollout):
+def test_brax_obs_norm_updates_before_the_policy_step_and_the_rollout_acts_on_the_old(stage_rollout,
+                                                                                      running_statistics):
     """Brax's order in the stage: the rollout acts with the statistics it was given (its log-probs are
     theirs); the statistics then absorb the rollout's observations (as Brax's update), and the values and
     the minibatches' observations read the updated ones; the next state's statistics are those."""

@@ -63,9 +63,10 @@ CASES: tuple[Case, ...] = (
 )
 # compile-heavy cases run in the slow tier; the fast tier keeps one case per adapter module but
 # Craftax's, whose death, time limit, final observation and pre-sampled reset are checked in the fast
-# tier by tests/test_env_craftax.py (brax goes through the playground adapter; its termination is
-# checked in tests/test_env_playground.py)
-SLOW_CASES = {"brax/inverted_pendulum", "craftax/Craftax-Classic-Symbolic-v1"}
+# tier by tests/test_env_craftax.py, and Playground's (20 s of MJX compile), whose spaces, truncation,
+# final observation and dict observations are checked in the fast tier by tests/test_env_playground.py
+# (brax goes through the playground adapter; its termination is checked there too)
+SLOW_CASES = {"brax/inverted_pendulum", "craftax/Craftax-Classic-Symbolic-v1", "playground/CartpoleBalance"}
 MASKED: tuple[Case, ...] = tuple(case for case in CASES if case.action_mask)
 
 
