@@ -11,6 +11,13 @@ ConfigError naming ``algo.num_envs`` and the allowed values. The value depends o
 ``algo.num_envs``, so an override of it on the command line is seen (it is resolved after
 composition), and the recorded config keeps the expression.
 
+``${feed_forward:RECURRENT}``: true when ``RECURRENT`` (the run's ``network.recurrent``) is ``none``.
+Playground's mapped config sets ``algo.recompute_advantages: ${feed_forward:${network.recurrent}}``:
+Brax's GAE inside each minibatch's loss needs a critic that can score any unroll alone, which a
+recurrent critic (whose value depends on the hidden state carried from the env's earlier steps) cannot;
+a recurrent run keeps Brax's per-unroll bootstrap (``algo.unroll_length``) with GAE from the rollout's
+values, and a user's explicit ``algo.recompute_advantages`` still wins (a recurrent one is refused).
+
 Registered by :func:`register` (idempotent): by the Hydra plugin (hydra_plugins/purejaxrl_opt_envs)
 when Hydra starts, and by :func:`purejaxrl_opt.config.schema.from_dictconfig` before it resolves.
 """
@@ -22,6 +29,7 @@ import math
 from purejaxrl_opt.config.errors import ConfigError
 
 NUM_STEPS = "brax_ppo_num_steps"
+FEED_FORWARD = "feed_forward"
 
 
 def brax_ppo_num_steps(num_envs, unroll_length, unrolls_per_env, num_minibatches, env_id="") -> int:
@@ -43,12 +51,19 @@ def brax_ppo_num_steps(num_envs, unroll_length, unrolls_per_env, num_minibatches
     return unroll_length * unrolls_per_env
 
 
+def feed_forward(recurrent) -> bool:
+    """True when ``network.recurrent`` is ``none`` (a feed-forward network)."""
+    return str(recurrent) == "none"
+
+
 def register() -> None:
     """Register this module's resolvers with OmegaConf (again: nothing happens)."""
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver(NUM_STEPS):
         OmegaConf.register_new_resolver(NUM_STEPS, brax_ppo_num_steps)
+    if not OmegaConf.has_resolver(FEED_FORWARD):
+        OmegaConf.register_new_resolver(FEED_FORWARD, feed_forward)
 
 
 def config_error_of(error: BaseException) -> ConfigError | None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from purejaxrl_opt.config.errors import ConfigError
-from purejaxrl_opt.config.resolvers import NUM_STEPS
+from purejaxrl_opt.config.resolvers import FEED_FORWARD, NUM_STEPS
 from purejaxrl_opt.envs.registry import close_names
 
 # Brax's max_grad_norm None (no clipping): a bound no gradient reaches (our clip is always on)
@@ -162,8 +162,10 @@ MAPPED: dict[str, Mapped] = {
 
 
 # set on every task: Brax computes GAE inside each minibatch's loss, from the current value network (no
-# key of its config says so)
-ALWAYS: dict[str, Any] = {"algo.recompute_advantages": True}
+# key of its config says so). With a recurrent network (Brax has none) this is off: a recurrent critic
+# cannot score an unroll apart from the hidden state its env carried in, so GAE comes from the
+# rollout's values, still cut at every unroll (config/resolvers.py, feed_forward)
+ALWAYS: dict[str, Any] = {"algo.recompute_advantages": f"${{{FEED_FORWARD}:${{network.recurrent}}}}"}
 
 IGNORED: dict[str, str] = {
     "num_evals": "how many times Brax evaluates during training (its progress log); ours: eval_every (in "
