@@ -106,15 +106,24 @@ def finished(tmp_path_factory):
                                 f"hydra.run.dir={run_dir}"], env=cli_env(), cwd=ROOT,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     refused = None
+    holder = f"pid {process.pid} "
     while process.poll() is None and refused is None:  # lock the dir while the run holds it
-        if (run_dir / rundir.LOCK_NAME).exists():
+        # only once the run has named itself in the lock file (it writes its pid right after it
+        # locks): a probe before that could take the lock first and make the run refuse its own dir
+        try:
+            held = (run_dir / rundir.LOCK_NAME).read_text().startswith(holder)
+        except FileNotFoundError:
+            held = False
+        if held:
             try:
                 rundir.lock(run_dir).release()
             except rundir.RunDirError as error:
                 refused = str(error)
         time.sleep(0.01)
     stdout, stderr = process.communicate(timeout=300)
-    assert process.returncode == 0, stderr[-3000:]
+    # (XLA:CPU's persistent-cache loader can fill stderr with machine-feature warnings: not the reason)
+    assert process.returncode == 0, "\n".join(
+        line for line in stderr.splitlines() if "cpu_aot_loader" not in line)[-3000:]
     return run_dir, refused, process.pid
 
 
