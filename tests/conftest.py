@@ -79,6 +79,9 @@ def cli_environment(**extra: str) -> dict:
     # W&B runs made in a test process export their service's address: a CLI run that inherited it
     # would attach to that service, which keeps a killed child's run "in use"
     env.pop("WANDB_SERVICE", None)
+    # a machine that sets PYTHONDONTWRITEBYTECODE would make every CLI process compile the package's
+    # source again (~0.5 s each); the first one writes the bytecode, the others read it
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
 

@@ -66,7 +66,8 @@ CASES: tuple[Case, ...] = (
 # tier by tests/test_env_craftax.py, and Playground's (20 s of MJX compile), whose spaces, truncation,
 # final observation and dict observations are checked in the fast tier by tests/test_env_playground.py
 # (brax goes through the playground adapter; its termination is checked there too)
-SLOW_CASES = {"brax/inverted_pendulum", "craftax/Craftax-Classic-Symbolic-v1", "playground/CartpoleBalance"}
+SLOW_CASES = {"brax/inverted_pendulum", "craftax/Craftax-Classic-Symbolic-v1", "playground/CartpoleBalance",
+              "xminigrid/MiniGrid-Empty-5x5"}  # (XLand-MiniGrid: test_env_xminigrid.py's fast tests)
 MASKED: tuple[Case, ...] = tuple(case for case in CASES if case.action_mask)
 
 

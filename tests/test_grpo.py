@@ -396,6 +396,7 @@ def test_max_updates_bounds_the_run():
 
 
 # --------------------------------------------------------------------------- learning
+@pytest.mark.slow  # a learning check (the fast tier checks GRPO's parts against hand computations)
 def test_short_cartpole_run_beats_random(tmp_path):
     """Threshold calibrated over 24 seeds of this config (keys 1000..1023, one runner.execute with
     num_seeds=24, seed=1000, XLA at -O0 as in the tests): final eval return per seed 260..482, worst

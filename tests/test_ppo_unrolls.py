@@ -308,6 +308,7 @@ def test_bad_unroll_settings_are_config_errors(algo, network, words):
     assert words in str(error.value)
 
 
+@pytest.mark.slow  # a learning check; the unrolls' loss and GAE are checked against Brax's in the fast tier
 def test_brax_unrolls_and_in_loss_gae_learn_cartpole():
     """PPO with both options trains: CartPole's return rises well above a random policy's (~22).
     Calibrated on seeds 0-15 (this config, vmapped): first 5 updates' mean at most 28.3, last 10

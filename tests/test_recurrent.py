@@ -154,7 +154,7 @@ def test_scanned_sequence_and_its_derivatives_equal_plain_autodiff_of_the_steps(
 
 
 # --------------------------------------------------------------------------- resets
-@pytest.mark.parametrize("cell", ["gru", "lstm"])
+@pytest.mark.parametrize("cell", ["gru", pytest.param("lstm", marks=pytest.mark.slow)])
 def test_a_done_in_the_middle_equals_two_separate_sequences(cell):
     policy = make_policy(CARTPOLE, _net(cell))
     params = policy.init(jax.random.PRNGKey(0))

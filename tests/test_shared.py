@@ -134,6 +134,7 @@ def test_shared_is_refused_where_it_has_no_meaning(algo, net, key):
         small_run(algo, network=net)
 
 
+@pytest.mark.slow  # a learning check; the shared network's wiring is checked by hand in the fast tier
 def test_ppo_with_a_shared_trunk_learns_cartpole():
     """Calibrated on tuning seeds 0-15 (one vmapped compile of this config through the CLI,
     ``network.shared=true total_timesteps=60000 num_seeds=16 eval_episodes=8``): final return per seed

@@ -241,7 +241,8 @@ def test_good_options_and_unknown_env():
 
 
 # --------------------------------------------------------------------------- jit + vmap rollout
-@pytest.mark.parametrize("env_id", te.TOKEN_ENVS)
+@pytest.mark.parametrize("env_id", [pytest.param(e, marks=() if i == 0 else pytest.mark.slow)
+                                    for i, e in enumerate(te.TOKEN_ENVS)])  # one in the fast tier
 def test_jit_vmap_random_rollout(env_id):
     env, params = te.make(env_id, {})
     n, steps = 64, 3 * env.answer_limit

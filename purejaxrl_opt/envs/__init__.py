@@ -18,6 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from purejaxrl_opt.envs import deferred
+
+deferred.defer()  # before any env library is imported (gymnax's Pong imports seaborn to draw)
+
 import jax
 import jax.numpy as jnp
 import numpy as np

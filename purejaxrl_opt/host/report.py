@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.stats import t as student_t
 
 from purejaxrl_opt.config.flat import flatten
 from purejaxrl_opt.host import stats
@@ -254,9 +253,13 @@ def plot_learning_curves(groups: list[Group], path: str | Path, metric: str = "r
             with np.errstate(all="ignore"), _quiet_nan_warnings():
                 mean = np.nanmean(ys, axis=0)
                 count = np.sum(np.isfinite(ys), axis=0)
-                t_factor = student_t.ppf(0.975, np.maximum(count - 1, 1))  # Student-t per point
-                band = (np.where(count > 1, t_factor, np.nan) * np.nanstd(ys, axis=0, ddof=1) / np.sqrt(count)
-                        if ys.shape[0] > 1 else 0 * mean)
+                if ys.shape[0] > 1:
+                    from scipy.stats import t as student_t  # imported where needed: ~0.6 s
+
+                    t_factor = student_t.ppf(0.975, np.maximum(count - 1, 1))  # Student-t per point
+                    band = np.where(count > 1, t_factor, np.nan) * np.nanstd(ys, axis=0, ddof=1) / np.sqrt(count)
+                else:
+                    band = 0 * mean
             line, = ax.plot(xs, mean, label=f"{_label(group, keys)} (n={ys.shape[0]})")
             ax.fill_between(xs, mean - band, mean + band, color=line.get_color(), alpha=0.2, linewidth=0)
         ax.set_title(env)
