@@ -116,7 +116,7 @@ def test_defaults_and_spaces(cartpole, pendulum):
         assert c.spec.max_steps == 1000
 
 
-@pytest.mark.slow  # the contract suite (test_env_contract.py) checks this on both envs in the fast tier
+@pytest.mark.slow  # an MJX compile per env; test_env_contract.py's Playground case (also slow) checks it too
 def test_shapes_dtypes_match_spaces(any_env):
     c = any_env
     action = c.env.action_space(c.params).sample(jax.random.PRNGKey(1))
@@ -135,7 +135,7 @@ def test_shapes_dtypes_match_spaces(any_env):
     assert float(reward) == float(raw_reward)
 
 
-@pytest.mark.slow  # the contract suite (test_env_contract.py) checks this on both envs in the fast tier
+@pytest.mark.slow  # an MJX compile per env; test_env_contract.py's Playground case (also slow) checks it too
 def test_determinism_under_the_same_key(any_env):
     c = any_env
     actions = _actions(c)
@@ -146,7 +146,7 @@ def test_determinism_under_the_same_key(any_env):
     assert not np.array_equal(np.asarray(first[0]), np.asarray(other[0]))
 
 
-@pytest.mark.slow  # the contract suite (test_env_contract.py) checks this on both envs in the fast tier
+@pytest.mark.slow  # an MJX compile per env; test_env_contract.py's Playground case (also slow) checks it too
 def test_jit_vmap_scan(any_env):
     c = any_env
     num_envs, num_steps = 4, 6
@@ -175,7 +175,7 @@ def test_jit_vmap_scan(any_env):
 
 
 # --------------------------------------------------------------------------- truncation vs termination
-@pytest.mark.slow  # the contract suite drives playground/CartpoleBalance to its episode_length in the fast tier
+@pytest.mark.slow  # as test_env_contract.py's Playground case (also slow), which drives it to episode_length
 def test_playground_episode_to_its_limit_is_truncated_and_keeps_the_final_obs(cartpole):
     """A whole default-length (1000-step) CartpoleBalance episode run by hand: the last step is
     truncated, not terminated; its final observation is the raw env's after 1000 steps; the returned
@@ -218,8 +218,8 @@ def test_brax_termination_is_terminated_not_truncated(pendulum):
     assert int(time[t]) == 0 and int(time[t - 1]) == t
 
 
-# the fast tier checks its two halves: the contract suite's truncated CartpoleBalance episodes keep
-# their real final observation, and tests/test_math.py's GAE bootstraps a truncation from it
+# its two halves: the contract suite's truncated CartpoleBalance episodes keep their real final
+# observation (slow tier), and tests/test_math.py's GAE bootstraps a truncation from it (fast tier)
 @pytest.mark.slow
 def test_gae_bootstraps_a_truncated_playground_step_from_its_real_final_obs(cartpole):
     """rollout.collect + gae on CartpoleBalance with a 5-step limit: the advantage of the truncated
