@@ -64,6 +64,7 @@ def trl_side(spec: dict) -> dict:
     # the project's reward functions (tasks.py imports only the standard library and numpy)
     module_spec = importlib.util.spec_from_file_location("lm_tasks", ROOT / "purejaxrl_opt/host/lm/tasks.py")
     tasks = importlib.util.module_from_spec(module_spec)
+    sys.modules["lm_tasks"] = tasks  # (its dataclasses look their module up)
     module_spec.loader.exec_module(tasks)
 
     def texts(completions):
@@ -108,10 +109,20 @@ def trl_side(spec: dict) -> dict:
 
     kept = logs
     trainer.add_callback(Timer())
+    generation: list[float] = []  # TRL's generation + rewards of each step (the rest of it is the update)
+    generate_and_score = trainer._generate_and_score_completions
+
+    def timed_generate_and_score(*args, **kwargs):
+        start = time.perf_counter()
+        out = generate_and_score(*args, **kwargs)
+        generation.append(time.perf_counter() - start)
+        return out
+
+    trainer._generate_and_score_completions = timed_generate_and_score
     trainer.train()
     lengths = [log["completions/mean_length"] for log in logs if "completions/mean_length" in log]
     rewards = [log["reward"] for log in logs if "reward" in log]
-    return {"step_s": steps, "mean_completion_length": lengths, "reward": rewards,
+    return {"step_s": steps, "generate_and_reward_s": generation, "mean_completion_length": lengths, "reward": rewards,
             "versions": {"trl": trl.__version__, "transformers": transformers.__version__,
                          "torch": torch.__version__}, "torch_threads": torch.get_num_threads()}
 
@@ -173,6 +184,8 @@ def main() -> None:
     parser.add_argument("--sides", default="ours,trl")
     parser.add_argument("--settle", type=float, default=120.0)
     parser.add_argument("--out", default="experiments/results/bench_grpo_step")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the sides of --out's results.json that this run does not measure")
     args = parser.parse_args()
     if not Path(args.model, "config.json").is_file():
         raise SystemExit(f"--model {args.model}: no config.json there (a Hugging Face directory is needed)")
@@ -180,8 +193,14 @@ def main() -> None:
     import provenance
 
     results: dict = {}
+    previous = ROOT / args.out / "results.json"
+    if args.keep and previous.is_file():
+        kept = json.loads(previous.read_text())
+        results = {side: {**record, "kept_from": {"commit": kept["commit"], "command": kept["command"]}}
+                   for side, record in kept["sides"].items() if side not in args.sides.split(",")}
     cores = os.cpu_count()
     for side in args.sides.split(","):
+        results.pop(side, None)
         load = _wait_quiet(args.settle)
         print(f"[bench_grpo_step] {side}: 1-min load {load:.2f} at start", flush=True)
         if side == "ours":
@@ -217,11 +236,17 @@ def main() -> None:
     out = ROOT / args.out
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(record, indent=1))
-    lines = ["| side | step seconds (each) | median after the first | mean completion length | reward |",
-             "|---|---|---:|---|---|"]
+    lines = ["| side | step seconds (each) | median after the first | of it: generation + rewards | of it: update "
+             "| mean completion length | reward |", "|---|---|---:|---:|---:|---|---|"]
     for side, r in results.items():
         lengths = r.get("mean_completion_length") or []
+        if "phase_s" in r:
+            generation = [g + w for g, w in zip(r["phase_s"]["generate"], r["phase_s"]["reward"])]
+        else:
+            generation = r.get("generate_and_reward_s") or []
+        gen = statistics.median(generation[1:]) if len(generation) > 1 else float("nan")
         lines.append(f"| {side} | {', '.join(f'{s:.1f}' for s in r['step_s'])} | {r['median_step_s']:.1f} | "
+                     f"{gen:.1f} | {r['median_step_s'] - gen:.1f} | "
                      f"{', '.join(f'{x:.1f}' for x in lengths)} | {', '.join(f'{x:.2f}' for x in r['reward'])} |")
     if summary:
         lines.append(f"\nTRL's step time over ours (medians): **{summary['trl_over_ours_step_time']:.2f}x**")
