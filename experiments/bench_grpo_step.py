@@ -94,7 +94,7 @@ def trl_side(spec: dict) -> dict:
                               train_dataset=dataset, processing_class=tokenizer)
 
     steps: list[float] = []
-    logs: list[dict] = []
+    logged: list[dict] = []  # TRL's log records (completion lengths, rewards)
 
     class Timer(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
@@ -105,9 +105,8 @@ def trl_side(spec: dict) -> dict:
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs:
-                kept.append(dict(logs))
+                logged.append(dict(logs))
 
-    kept = logs
     trainer.add_callback(Timer())
     generation: list[float] = []  # TRL's generation + rewards of each step (the rest of it is the update)
     generate_and_score = trainer._generate_and_score_completions
@@ -120,8 +119,8 @@ def trl_side(spec: dict) -> dict:
 
     trainer._generate_and_score_completions = timed_generate_and_score
     trainer.train()
-    lengths = [log["completions/mean_length"] for log in logs if "completions/mean_length" in log]
-    rewards = [log["reward"] for log in logs if "reward" in log]
+    lengths = [log["completions/mean_length"] for log in logged if "completions/mean_length" in log]
+    rewards = [log["reward"] for log in logged if "reward" in log]
     return {"step_s": steps, "generate_and_reward_s": generation, "mean_completion_length": lengths, "reward": rewards,
             "versions": {"trl": trl.__version__, "transformers": transformers.__version__,
                          "torch": torch.__version__}, "torch_threads": torch.get_num_threads()}
