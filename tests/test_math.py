@@ -169,3 +169,40 @@ def test_action_clipping_to_bounds():
     assert float(clipped[0]) == pytest.approx(spec.action_high[0])
     assert float(envs.to_env_action(spec, jnp.array([5.0]), clip=False)[0]) == 5.0
     assert math.isclose(spec.action_high[0], 2.0)
+
+
+@pytest.mark.parametrize("dist, params, reference", [
+    (Categorical(), {"logits": jnp.array([[0.3, -1.2, 2.0], [0.0, 0.0, 0.0]])},
+     lambda key, p: jax.random.categorical(key, p["logits"], axis=-1)),
+    (DiagGaussian(), {"mean": jnp.array([[0.5, -1.0]]), "log_std": jnp.array([[-0.3, 0.2]])},
+     lambda key, p: p["mean"] + jnp.exp(p["log_std"]) * jax.random.normal(key, p["mean"].shape)),
+    (TanhNormal(), {"loc": jnp.array([[0.5, -1.0]]), "raw_scale": jnp.array([[-0.3, 0.2]])},
+     lambda key, p: jax.random.normal(key, p["loc"].shape) * TanhNormal.scale(p) + p["loc"]),
+], ids=["categorical", "diag_gaussian", "tanh_normal"])
+def test_noise_drawn_before_a_loop_samples_bitwise_what_jax_samples_in_it(dist, params, reference):
+    """The rollout draws every step's noise in one batched call before its loop (``draw``) and samples
+    from it in the step (``sample_from``): the actions must be bitwise those of JAX's own sampler called
+    inside the loop, with the step's parameters changing from step to step as a policy's do."""
+    keys = jax.random.split(jax.random.PRNGKey(3), 64)
+    scales = jnp.linspace(0.5, 2.0, 64)
+
+    def step_params(scale):
+        return jax.tree_util.tree_map(lambda x: x * scale, params)
+
+    @jax.jit
+    def in_loop(keys):
+        return jax.lax.scan(lambda c, xs: (c, reference(xs[0], step_params(xs[1]))), 0, (keys, scales))[1]
+
+    @jax.jit
+    def drawn_before(keys):
+        noise = jax.vmap(lambda k: dist.draw(k, jax.eval_shape(lambda: params)))(keys)
+        return jax.lax.scan(lambda c, xs: (c, dist.sample_from(xs[0], step_params(xs[1]))), 0, (noise, scales))[1]
+
+    expected, got = np.asarray(in_loop(keys)), np.asarray(drawn_before(keys))
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    np.testing.assert_array_equal(got, expected)
+    # and sample itself is the same draw
+    np.testing.assert_array_equal(np.asarray(jax.jit(dist.sample)(keys[0], params)),
+                                  np.asarray(jax.jit(reference)(keys[0], params)))
+    if isinstance(dist, Categorical):  # the draws differ between keys: the test sees real noise
+        assert len({tuple(r) for r in expected.tolist()}) > 1

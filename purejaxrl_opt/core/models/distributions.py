@@ -42,9 +42,37 @@ class Distribution(Protocol):
     def entropy(self, params: DistParams, key: jax.Array | None = None) -> jnp.ndarray: ...
     def kl(self, p: DistParams, q: DistParams) -> jnp.ndarray: ...
     def sample(self, key: jax.Array, params: DistParams) -> jnp.ndarray: ...
+    def draw(self, key: jax.Array, params: DistParams) -> jnp.ndarray: ...
+    def sample_from(self, noise: jnp.ndarray, params: DistParams) -> jnp.ndarray: ...
     def mode(self, params: DistParams) -> jnp.ndarray: ...
     def fisher_product(self, params: DistParams, tangent: DistParams) -> DistParams: ...
     def postprocess(self, action: jnp.ndarray) -> jnp.ndarray: ...
+
+
+def gumbel_uniform(key: jax.Array, shape, dtype) -> jnp.ndarray:
+    """The uniform draw behind ``jax.random.gumbel``'s default (low-range) mode: ``U[tiny, 1)``.
+
+    Sampling is split into this draw and a pure function of it (``Distribution.draw`` /
+    ``sample_from``) so that a rollout can make every step's draw in one batched call before its loop:
+    the threefry hash is integer arithmetic and the uniform's float steps are exact, so a batched
+    draw has the same bits as one made inside the loop, while on XLA:CPU each draw inside the loop is
+    a small loop of its own (JAX's rolled threefry). The float math that is not exact (logs, erf_inv)
+    stays in ``sample_from``, where the loop computes it as before. tests/test_distributions.py holds
+    ``sample_from(draw(key, p), p)`` bitwise to ``jax.random.categorical`` / ``jax.random.normal``.
+    """
+    return jax.random.uniform(key, shape, dtype, minval=jnp.finfo(dtype).tiny, maxval=1.0)
+
+
+def normal_uniform(key: jax.Array, shape, dtype) -> jnp.ndarray:
+    """The uniform draw behind ``jax.random.normal``: ``U(-1, 1)`` from just above -1 (see
+    :func:`gumbel_uniform`)."""
+    lo = np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype), dtype=dtype)
+    return jax.random.uniform(key, shape, dtype, lo, np.array(1.0, dtype))
+
+
+def standard_normal(noise: jnp.ndarray) -> jnp.ndarray:
+    """``N(0, 1)`` from :func:`normal_uniform`'s draw, as ``jax.random.normal`` computes it."""
+    return jax.lax.mul(np.array(np.sqrt(2), noise.dtype), jax.lax.erf_inv(noise))
 
 
 class Categorical:
@@ -66,7 +94,16 @@ class Categorical:
         return jnp.sum(jnp.exp(log_p) * (log_p - log_q), axis=-1)
 
     def sample(self, key, params):
-        return jax.random.categorical(key, params["logits"], axis=-1)
+        return self.sample_from(self.draw(key, params), params)
+
+    def draw(self, key, params):
+        """The uniform noise of :meth:`sample` (``params`` may be shapes only): JAX's Gumbel draw."""
+        return gumbel_uniform(key, params["logits"].shape, params["logits"].dtype)
+
+    def sample_from(self, noise, params):
+        """The action :meth:`sample` draws with the noise ``noise = draw(key, params)``: the Gumbel-max
+        trick, bitwise ``jax.random.categorical(key, logits)``."""
+        return jnp.argmax(-jnp.log(-jnp.log(noise)) + params["logits"], axis=-1)
 
     def mode(self, params):
         return jnp.argmax(params["logits"], axis=-1)
@@ -101,8 +138,14 @@ class DiagGaussian:
                        - 0.5, axis=-1)
 
     def sample(self, key, params):
-        noise = jax.random.normal(key, params["mean"].shape, params["mean"].dtype)
-        return params["mean"] + jnp.exp(params["log_std"]) * noise
+        return self.sample_from(self.draw(key, params), params)
+
+    def draw(self, key, params):
+        """The uniform noise of :meth:`sample` (``params`` may be shapes only)."""
+        return normal_uniform(key, params["mean"].shape, params["mean"].dtype)
+
+    def sample_from(self, noise, params):
+        return params["mean"] + jnp.exp(params["log_std"]) * standard_normal(noise)
 
     def mode(self, params):
         return params["mean"]
@@ -183,8 +226,14 @@ class TanhNormal:
 
     def sample(self, key, params):
         """The pre-squash sample ``u [..., D]`` (Brax's ``sample_no_postprocessing``)."""
-        loc = params["loc"]
-        return jax.random.normal(key, loc.shape, loc.dtype) * self.scale(params) + loc
+        return self.sample_from(self.draw(key, params), params)
+
+    def draw(self, key, params):
+        """The uniform noise of :meth:`sample` (``params`` may be shapes only)."""
+        return normal_uniform(key, params["loc"].shape, params["loc"].dtype)
+
+    def sample_from(self, noise, params):
+        return standard_normal(noise) * self.scale(params) + params["loc"]
 
     def mode(self, params):
         return params["loc"]

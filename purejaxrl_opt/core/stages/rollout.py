@@ -101,17 +101,17 @@ def collect(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn: ActorF
     policy = as_policy(actor_fn)
     recurrence = policy.recurrence
 
+    def _act(carry):
+        if recurrence is None:
+            return carry.memory, policy.apply(actor_params, envs.obs_norm_apply(obs_norm, carry.obs))
+        return recurrence.step(actor_params, carry.memory, envs.obs_norm_apply(obs_norm, carry.obs))
+
     def _env_step(loop, keys):
         carry, stats = loop
-        action_key, step_env_keys = keys
-        memory = carry.memory
-        if recurrence is None:
-            dist_params = policy.apply(actor_params, envs.obs_norm_apply(obs_norm, carry.obs))
-        else:
-            memory, dist_params = recurrence.step(actor_params, memory,
-                                                  envs.obs_norm_apply(obs_norm, carry.obs))
+        action_key, step_env_keys = keys  # one device: action_key is the step's drawn noise
+        memory, dist_params = _act(carry)
         if global_envs is None:
-            action = dist.sample(action_key, dist_params)
+            action = dist.sample_from(action_key, dist_params)
         else:
             action = jax.vmap(dist.sample)(env_keys(action_key, num_envs, global_envs), dist_params)
         log_prob = dist.log_prob(dist_params, action)
@@ -137,12 +137,18 @@ def collect(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn: ActorF
     # Every step's keys are split before the loop, in two batched calls: the same bits as splitting
     # inside each step (threefry hashes each key's counters on their own, in integers), but on
     # XLA:CPU each split inside the loop is a loop of its own (JAX's rolled threefry), dozens of small
-    # kernels per step. The sampling noise stays in the loop: drawn batched outside, XLA vectorises its
-    # float math differently and the last bits of a Gaussian's noise change.
+    # kernels per step. On one device the actions' uniform draws are made before the loop too
+    # (Distribution.draw: integer hashing and exact float steps, the same bits as drawn in the step);
+    # the inexact float math of sampling (logs, erf_inv) stays in the step (sample_from), so XLA
+    # computes it as it did when the step drew its own noise.
     step_keys = jax.vmap(jax.random.split)(jax.random.split(key, num_steps))
     all_env_keys = jax.vmap(lambda k: env_keys(k, num_envs, global_envs))(step_keys[:, 1])
+    action_inputs = step_keys[:, 0]
+    if global_envs is None:
+        params_shape = jax.eval_shape(lambda c: _act(c)[1], carry)
+        action_inputs = jax.vmap(lambda k: dist.draw(k, params_shape))(action_inputs)
     (carry, stats), batch = jax.lax.scan(_env_step, (carry, EpisodeStats.zeros()),
-                                         (step_keys[:, 0], all_env_keys))
+                                         (action_inputs, all_env_keys))
     return carry, batch, stats
 
 
