@@ -47,6 +47,20 @@ def loop_shape(algo: Algorithm, keys, hparams) -> Loop:
     return jax.eval_shape(jax.vmap(partial(init_loop, algo)), keys, hparams)
 
 
+def _one_lane_updates(algo: Algorithm):
+    """The updates of a run of one lane, computed unbatched on the lane's state (the carry keeps its
+    lane axis of 1). A ``vmap`` over one lane makes every product a batched product with a unit batch
+    axis, which XLA:CPU runs slower: PPO CartPole at 64 envs x 128 steps, one agent, 73 ms an update
+    through the vmapped chunk vs 64 ms unbatched, measured in one process). Floats
+    differ from the vmapped program's in the last bits; init and evaluation stay vmapped."""
+
+    def updates(loop: Loop, start, stop) -> Loop:
+        lane = jax.tree_util.tree_map(lambda x: x[0], loop)
+        return jax.tree_util.tree_map(lambda x: x[None], run_updates(algo, lane, start, stop))
+
+    return updates
+
+
 class Compiled:
     """The three jitted, lane-vmapped pieces of a run, compiled ahead of time.
 
@@ -63,9 +77,11 @@ class Compiled:
             self.seconds = time.perf_counter() - start
             return
         self.specs = None
+        updates = jax.vmap(partial(run_updates, algo), in_axes=(0, None, None))
+        if jax.tree_util.tree_leaves(keys)[0].shape[0] == 1:
+            updates = _one_lane_updates(algo)
         self.init, self.updates, shape = compile_chunked(
-            jax.vmap(partial(init_loop, algo)), jax.vmap(partial(run_updates, algo), in_axes=(0, None, None)),
-            keys, hparams)
+            jax.vmap(partial(init_loop, algo)), updates, keys, hparams)
         self.evaluate = jax.jit(jax.vmap(partial(evaluation.final_returns, algo))).lower(shape).compile()
         self.seconds = time.perf_counter() - start
 
