@@ -159,7 +159,8 @@ def main(argv=None) -> int:
     parser.add_argument("--ready", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        return child(args.__class__(**{**vars(args), "side": args.child}))
+        args.side = args.child
+        return child(args)
     if shutil.which("perf") is None:
         raise SystemExit("profile_one_agent needs Linux perf on PATH (e.g. apt install linux-perf)")
     sides = ["ours"] + (["purejaxrl"] if args.checkout else [])

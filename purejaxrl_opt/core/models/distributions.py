@@ -57,7 +57,7 @@ def gumbel_uniform(key: jax.Array, shape, dtype) -> jnp.ndarray:
     the threefry hash is integer arithmetic and the uniform's float steps are exact, so a batched
     draw has the same bits as one made inside the loop, while on XLA:CPU each draw inside the loop is
     a small loop of its own (JAX's rolled threefry). The float math that is not exact (logs, erf_inv)
-    stays in ``sample_from``, where the loop computes it as before. tests/test_distributions.py holds
+    stays in ``sample_from``, where the loop computes it as before. tests/test_math.py holds
     ``sample_from(draw(key, p), p)`` bitwise to ``jax.random.categorical`` / ``jax.random.normal``.
     """
     return jax.random.uniform(key, shape, dtype, minval=jnp.finfo(dtype).tiny, maxval=1.0)

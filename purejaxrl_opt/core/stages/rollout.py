@@ -108,12 +108,12 @@ def collect(env, env_params, spec: EnvSpec, dist: Distribution, actor_fn: ActorF
 
     def _env_step(loop, keys):
         carry, stats = loop
-        action_key, step_env_keys = keys  # one device: action_key is the step's drawn noise
+        action_input, step_env_keys = keys  # one device: the step's drawn noise; else its action key
         memory, dist_params = _act(carry)
         if global_envs is None:
-            action = dist.sample_from(action_key, dist_params)
+            action = dist.sample_from(action_input, dist_params)
         else:
-            action = jax.vmap(dist.sample)(env_keys(action_key, num_envs, global_envs), dist_params)
+            action = jax.vmap(dist.sample)(env_keys(action_input, num_envs, global_envs), dist_params)
         log_prob = dist.log_prob(dist_params, action)
         env_action = envs.to_env_action(spec, dist.postprocess(action), clip_actions)
         obs, env_state, reward, terminated, truncated, info = envs.step_batch(
