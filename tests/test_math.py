@@ -206,3 +206,26 @@ def test_noise_drawn_before_a_loop_samples_bitwise_what_jax_samples_in_it(dist, 
                                   np.asarray(jax.jit(reference)(keys[0], params)))
     if isinstance(dist, Categorical):  # the draws differ between keys: the test sees real noise
         assert len({tuple(r) for r in expected.tolist()}) > 1
+
+
+@pytest.mark.parametrize("n", [2, 3, 7, 512, 1000, 8192, 8193, 65536, 70000])
+def test_permutation_is_bitwise_jax_random_permutation(n):
+    """The minibatch shuffle (optim.permutation: single-array integer sorts on CPU) must give exactly
+    jax.random.permutation's order, alone and vmapped over keys as lanes run it."""
+    from purejaxrl_opt.core.stages.optim import permutation
+    keys = jax.random.split(jax.random.PRNGKey(n), 3)
+    got = jax.jit(jax.vmap(lambda k: permutation(k, n)))(keys)
+    expected = jax.vmap(lambda k: jax.random.permutation(k, n))(keys)
+    assert got.dtype == expected.dtype
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
+    np.testing.assert_array_equal(np.sort(np.asarray(got[0])), np.arange(n))
+
+
+def test_stable_argsort_keeps_the_order_of_equal_keys():
+    """Ties (rare among 32-bit random keys, certain here) keep their order, as lax.sort_key_val's does,
+    across digits that split the keys at every bit position."""
+    from purejaxrl_opt.core.stages.optim import _stable_argsort_u32
+    rng = np.random.default_rng(0)
+    keys = rng.choice(np.array([0, 1, 2**13, 2**19 + 5, 2**31, 2**32 - 1], np.uint32), 4000)
+    got = jax.jit(_stable_argsort_u32, static_argnums=1)(jnp.asarray(keys), 12)
+    np.testing.assert_array_equal(np.asarray(got), np.argsort(keys, kind="stable"))

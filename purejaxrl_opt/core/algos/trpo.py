@@ -30,7 +30,7 @@ from purejaxrl_opt.core.stages.collectives import DataAxis
 from purejaxrl_opt.config.schema import (ActorCriticConfig, RunConfig, _check, non_negative, one_of, positive,
                                          unit_interval)
 from purejaxrl_opt.core.models.distributions import for_spec
-from purejaxrl_opt.core.stages.optim import adam, minibatch_epochs
+from purejaxrl_opt.core.stages.optim import adam, minibatch_epochs, permutation
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ def make_parts(run: RunConfig, spec, axis_name=None) -> TRPOParts:
             return jnp.mean(ratio * advantages), jnp.mean(dist.kl(dist_old, dist_params))
 
         if fvp_samples < batch_size:  # a fresh fixed-size random subset of the batch
-            subset = jax.random.permutation(local_key(fvp_key), batch_size)[:fvp_samples]
+            subset = permutation(local_key(fvp_key), batch_size)[:fvp_samples]
             fvp_obs = jax.tree_util.tree_map(lambda x: x[subset], obs)
         else:
             fvp_obs = obs

