@@ -1,7 +1,7 @@
 """One agent on CartPole-v1: PPO, TRPO and GRPO env steps/s on the same batch, and where TRPO's and
 GRPO's extra time goes, measured in one process (interleaved rounds, the fastest counts).
 
-    python experiments/one_agent_algos.py --updates 40 --repeats 3
+    python experiments/one_agent_algos.py --updates 32 --repeats 3
 
 Variants, each one lane on one device through the runner's compiled chunk
 (:class:`purejaxrl_opt.host.runner.Compiled`, the CLI's path), timed over ``--updates`` updates after
@@ -109,7 +109,7 @@ def env_steps(loop) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
-    parser.add_argument("--updates", type=int, default=40)
+    parser.add_argument("--updates", type=int, default=32, help="a multiple of 16: grpo_check16 then computes no masked block")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=str(ROOT / "experiments/results/throughput_one_agent/algos.json"))
     args = parser.parse_args(argv)

@@ -176,6 +176,23 @@ def test_chunks_end_on_every_checkpoint_and_resume_point():
     assert chunk_stops(39, 4, start=39) == []
 
 
+def test_chunks_of_a_blocked_update_loop_end_on_whole_blocks():
+    """With an update loop that tests its budget once per block of k updates (GRPO's check_every), a
+    progress chunk ending mid-block would compute the rest of the block masked: every chunk but the
+    last and those ending on a checkpoint is a whole number of blocks, from a resume point too."""
+    from purejaxrl_opt.host.runner import chunk_stops
+
+    for start, every in ((0, 0), (0, 25), (5, 0), (30, 25)):
+        stops = chunk_stops(100, 10, checkpoint_every=every, start=start, doubling=True, align=16)
+        fixed = {100} | (set(range(every, 100, every)) if every else set())
+        assert stops == sorted(set(stops)) and stops[-1] == 100 and fixed & set(range(start + 1, 101)) <= set(stops)
+        for begin, end in zip([start] + stops, stops):
+            assert end in fixed or (end - begin) % 16 == 0, (start, every, begin, end)
+        assert len(stops) >= 100 // 16 - start // 16
+    assert chunk_stops(100, 10, doubling=True, align=16) == [16, 32, 48, 64, 80, 96, 100]
+    assert chunk_stops(100, 10, align=1) == chunk_stops(100, 10)
+
+
 def test_console_progress_bar_and_lines():
     import io
 

@@ -29,17 +29,33 @@ def chunk_sizes(num_updates: int, num_chunks: int) -> list[int]:
 
 
 def chunk_stops(num_updates: int, num_chunks: int, checkpoint_every: int = 0, start: int = 0,
-                doubling: bool = False) -> list[int]:
+                doubling: bool = False, align: int = 1) -> list[int]:
     """Update counts after which a chunk ends: the ``num_chunks`` progress grid (:func:`chunk_sizes`),
     every multiple of ``checkpoint_every``, and the end; only those after ``start``. ``doubling``
     adds every power of two: with a budget of env steps (GRPO) ``num_updates`` is only a bound and
-    the run may end long before it, so progress is also reported at 1, 2, 4, ... updates."""
-    stops = set(np.cumsum(chunk_sizes(num_updates, num_chunks)).tolist())
+    the run may end long before it, so progress is also reported at 1, 2, 4, ... updates.
+
+    ``align = k > 1`` (an update loop that tests its condition once per block of ``k`` updates,
+    :func:`purejaxrl_opt.core.algos.base.run_budgeted_updates`, blocks counted from each chunk's start):
+    each progress stop moves up to the first whole block after the chunk before it, or goes where
+    that passes the next fixed stop, as a chunk ending mid-block computes the rest of the block
+    masked, for nothing. The end and the checkpoint multiples stay where they are."""
+    progress = set(np.cumsum(chunk_sizes(num_updates, num_chunks)).tolist())
     if doubling and num_chunks > 1:
-        stops |= {1 << k for k in range(max(num_updates, 1).bit_length()) if 1 << k < num_updates}
+        progress |= {1 << k for k in range(max(num_updates, 1).bit_length()) if 1 << k < num_updates}
+    fixed = {num_updates}
     if checkpoint_every > 0:
-        stops |= set(range(checkpoint_every, num_updates, checkpoint_every))
-    return sorted(s for s in stops | {num_updates} if s > start)
+        fixed |= set(range(checkpoint_every, num_updates, checkpoint_every))
+    stops, previous = [], start
+    for stop in sorted(s for s in progress | fixed if s > start):
+        if stop not in fixed:
+            stop = previous + -(-(stop - previous) // align) * align
+            if stop <= previous or stop >= min(f for f in fixed if f > previous):
+                continue
+        if not stops or stop > stops[-1]:
+            stops.append(stop)
+            previous = stop
+    return stops
 
 
 def compile_chunked(init, advance, *args):

@@ -127,7 +127,8 @@ def _to_host(tree):
 
 def train_lanes(compiled: Compiled, keys, hparams, num_updates: int, num_chunks: int,
                 on_chunk=None, *, loop: Loop | None = None, checkpoint_every: int = 0,
-                on_checkpoint=None, finished=None, final_checkpoint: bool = True) -> tuple[Loop, float]:
+                on_checkpoint=None, finished=None, final_checkpoint: bool = True,
+                align: int = 1) -> tuple[Loop, float]:
     """Run every update in chunks (:func:`purejaxrl_opt.host.chunks.run_chunks`), from ``loop`` (a
     restored state) or from a fresh init.
 
@@ -136,7 +137,8 @@ def train_lanes(compiled: Compiled, keys, hparams, num_updates: int, num_chunks:
     ``checkpoint_every`` and, with ``final_checkpoint``, after the last one. Both run once the *next*
     chunk is dispatched. ``finished(loop) -> bool`` (algorithms with a budget of env steps): once a
     chunk's state is finished, later chunks would change nothing, so no more are dispatched; the last
-    dispatched one counts as the last (progress, final checkpoint at its update count).
+    dispatched one counts as the last (progress, final checkpoint at its update count). ``align``:
+    the algorithm's ``check_every`` (progress chunks end on whole blocks, :func:`chunk_stops`).
 
     Returns the final loop and the training seconds: from the start through the last update's end,
     without the work done after it (the last progress report, the final checkpoint).
@@ -163,7 +165,7 @@ def train_lanes(compiled: Compiled, keys, hparams, num_updates: int, num_chunks:
             on_checkpoint(chunk_loop, updates_done)
 
     stops = chunk_stops(num_updates, num_chunks if callbacks else 1, checkpoint_every, done,
-                        doubling=finished is not None)
+                        doubling=finished is not None, align=align)
     # training time: init and every update (with the progress reads and periodic checkpoints made
     # between chunks); the last chunk's progress line and final checkpoint are written after it
     return run_chunks(compiled.updates, loop, stops, done, _after if callbacks else None, finished, start)
@@ -293,7 +295,7 @@ def _train(run, out_dir, loggers, num_chunks, plan, checkpoints, algo, lanes, la
             checkpoint_every=checkpoints.every_updates,
             on_checkpoint=on_checkpoint if checkpoints.every_updates > 0 else None,
             finished=lanes_finished(algo) if algo.lane_active is not None else None,
-            final_checkpoint=False)
+            final_checkpoint=False, align=algo.check_every)
         eval_returns = np.asarray(_to_host(compiled.evaluate(loop)))
         metrics = host_metrics(_to_host(loop.metrics))
         num_params = count_params(jax.tree_util.tree_map(
