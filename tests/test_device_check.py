@@ -112,3 +112,25 @@ def test_small_peer_comparison_writes_both_sides(tmp_path):
     assert pair["ours"]["env_steps_timed"] == pair["purejaxrl"]["env_steps_timed"] == 32
     assert pair["ratio"] == pytest.approx(pair["ours"]["env_steps_per_s"] / pair["purejaxrl"]["env_steps_per_s"],
                                           rel=1e-2)
+
+
+@pytest.mark.slow  # builds Go1's MJX env and compiles both trainers on the CPU (minutes)
+def test_go1_check_runs_both_sides_end_to_end_on_cpu(tmp_path):
+    """experiments/device_check_go1.py --small: Brax's PPO and ours on Go1JoystickFlatTerrain (its
+    asymmetric critic on privileged_state) train one Brax evaluation block each and both curves land in
+    the results file."""
+    pytest.importorskip("mujoco_playground")
+    pytest.importorskip("brax")
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("MENAGERIE_ROOT", None)
+    subprocess.run([sys.executable, str(ROOT / "experiments" / "device_check_go1.py"), "--small",
+                    "--out", str(tmp_path)], check=True, env=env, cwd=ROOT, timeout=1800)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert set(results["sides"]) == {"brax", "ours"} and results["steps"] == 6400
+    for name, side in results["sides"].items():
+        assert side["rc"] == 0, (name, side["log_tail"])
+        assert side["curve"] and side["curve"][-1]["env_steps"] >= 6400 and side["env_steps_per_s"] > 0
+        assert all(abs(p["return"]) < 1e6 for p in side["curve"])
+    summary = json.loads((tmp_path / "run_ppo" / "summary.json").read_text())
+    assert summary["config"]["env"]["params"]["critic_obs_key"] == "privileged_state"
+    assert (tmp_path / "results.md").exists()
