@@ -82,9 +82,11 @@ def run_side(command: list[str], log: Path, env: dict, timeout_s: float) -> dict
 def brax_side(record_path: Path) -> dict:
     record = json.loads(record_path.read_text())
     seed = record["per_seed"][0]
+    # brax 0.14.2's training/sps multiplies in num_resets_per_eval (host/readers.py brax_ppo_json)
+    factor = max(int(record["brax_config"]["scaled"].get("num_resets_per_eval", 0)), 1)
     points = [{"env_steps": p["step"], "return": p["eval_return"], "wall_s": p["wall_s"]} for p in seed["points"]]
     # Brax reports its first evaluation after compiling: the time to it is its compile and first eval
-    return {"curve": points, "final_return": seed["final_return"], "env_steps_per_s": seed["env_steps_per_s"],
+    return {"curve": points, "final_return": seed["final_return"], "env_steps_per_s": seed["env_steps_per_s"] / factor,
             "first_eval_wall_s": points[0]["wall_s"] if points else None}
 
 
@@ -151,7 +153,9 @@ def main() -> None:
              "", "| side | final return | env steps/s | curve (env steps: return) | exit |", "|---|---:|---:|---|---|"]
     for name, side in results["sides"].items():
         curve = ", ".join(f"{p['env_steps']:,}: {p['return']:.1f}" for p in side.get("curve", []))
-        lines.append(f"| {name} | {side.get('final_return', '—')} | {side.get('env_steps_per_s', '—')} | {curve} | {side['rc']} |")
+        final, rate = side.get("final_return"), side.get("env_steps_per_s")
+        lines.append(f"| {name} | {'—' if final is None else f'{final:.1f}'} | {'—' if rate is None else f'{rate:,.0f}'} "
+                     f"| {curve} | {side['rc']} |")
     lines += ["", f"commit: {results['commit']}", f"command: `{results['command']}`"]
     (out / "results.md").write_text("\n".join(lines) + "\n")
     write()
