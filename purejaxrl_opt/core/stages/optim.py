@@ -49,7 +49,8 @@ def _stable_argsort_u32(keys: jax.Array, index_bits: int) -> jax.Array:
 
 
 def permutation(key: jax.Array, n: int) -> jax.Array:
-    """``jax.random.permutation(key, n)``, bitwise the same, 2-2.6x faster on XLA:CPU at 512-65,536 items.
+    """``jax.random.permutation(key, n)``, bitwise the same, 2.0-2.65x faster on XLA:CPU at 512-65,536 items
+    (experiments/bench_shuffle.py).
 
     jax shuffles with rounds of ``lax.sort_key_val`` on fresh 32-bit keys; XLA:CPU sorts a single integer
     array about 3.5x faster than a key-value pair (its comparator is then native), so each round here is
