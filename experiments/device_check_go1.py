@@ -80,13 +80,13 @@ def run_side(command: list[str], log: Path, env: dict, timeout_s: float) -> dict
 
 
 def brax_side(record_path: Path) -> dict:
+    from purejaxrl_opt.host.readers import brax_env_steps_per_s
+
     record = json.loads(record_path.read_text())
     seed = record["per_seed"][0]
-    # brax 0.14.2's training/sps multiplies in num_resets_per_eval (host/readers.py brax_ppo_json)
-    factor = max(int(record["brax_config"]["scaled"].get("num_resets_per_eval", 0)), 1)
     points = [{"env_steps": p["step"], "return": p["eval_return"], "wall_s": p["wall_s"]} for p in seed["points"]]
     # Brax reports its first evaluation after compiling: the time to it is its compile and first eval
-    return {"curve": points, "final_return": seed["final_return"], "env_steps_per_s": seed["env_steps_per_s"] / factor,
+    return {"curve": points, "final_return": seed["final_return"], "env_steps_per_s": brax_env_steps_per_s(record, seed),
             "first_eval_wall_s": points[0]["wall_s"] if points else None}
 
 

@@ -121,18 +121,24 @@ def jumanji_a2c_log(path: Path, seeds: list[int], options: dict) -> dict:
 
 
 # ------------------------------------------------------------------------------------ Brax (Playground)
+def brax_env_steps_per_s(record: dict, seed_record: dict) -> float:
+    """A seed's env steps/s in experiments/peer_brax_ppo.py's ``record``: its last ``training/sps``
+    divided by ``num_resets_per_eval``, which brax 0.14.2's formula multiplies in although the timed
+    call runs that fraction of the steps."""
+    factor = max(int(record["brax_config"]["scaled"].get("num_resets_per_eval", 0)), 1)
+    return float(seed_record["env_steps_per_s"]) / factor
+
+
 def brax_ppo_json(path: Path, seeds: list[int], options: dict) -> dict:
     """experiments/peer_brax_ppo.py's record: per seed the final deterministic evaluation (Brax's
-    ``eval/episode_reward``, mean over its eval envs). Env steps/s: the median over seeds of its last
-    ``training/sps`` divided by ``num_resets_per_eval``, which brax 0.14.2's formula multiplies in
-    although the timed call runs that fraction of the steps."""
+    ``eval/episode_reward``, mean over its eval envs). Env steps/s: the median over seeds of
+    :func:`brax_env_steps_per_s`."""
     record = json.loads(path.read_text())
     per_seed = {s["seed"]: s for s in record["per_seed"]}
     missing = sorted(set(seeds) - set(per_seed))
     if missing:
         raise ValueError(f"{path}: seeds {missing} not finished (has {sorted(per_seed)})")
-    factor = max(int(record["brax_config"]["scaled"].get("num_resets_per_eval", 0)), 1)
-    sps = float(np.median([per_seed[s]["env_steps_per_s"] for s in seeds])) / factor
+    sps = float(np.median([brax_env_steps_per_s(record, per_seed[s]) for s in seeds]))
     initial = [per_seed[s]["points"][0]["eval_return"] for s in seeds if per_seed[s]["points"][0]["step"] == 0]
     return _record(seeds, [per_seed[s]["final_return"] for s in seeds],
                    "Brax eval/episode_reward of the final policy (deterministic)", env_steps_per_s=sps,
