@@ -70,6 +70,41 @@ def _timed(fn) -> float:
     return time.perf_counter() - t
 
 
+def model_config(hf: Path):
+    """``tunix.models.llama3`` config of the Hugging Face directory ``hf`` (its config.json; rope theta
+    as transformers writes it, ``rope_parameters``, or as the project's ``LanguageModel.save`` does,
+    ``rope_theta``)."""
+    from tunix.models.llama3 import model as llama
+
+    cfg = json.loads((Path(hf) / "config.json").read_text())
+    theta = cfg["rope_parameters"]["rope_theta"] if "rope_parameters" in cfg else cfg["rope_theta"]
+    return llama.ModelConfig(
+        num_layers=cfg["num_hidden_layers"], vocab_size=cfg["vocab_size"], embed_dim=cfg["hidden_size"],
+        hidden_dim=cfg["intermediate_size"], num_heads=cfg["num_attention_heads"],
+        head_dim=cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"]),
+        num_kv_heads=cfg["num_key_value_heads"], rope_theta=int(theta), norm_eps=cfg["rms_norm_eps"],
+        weight_tying=cfg["tie_word_embeddings"])
+
+
+def tokenizer(hf: Path):
+    """transformers' tokenizer of ``hf`` with the two adjustments of the module docstring: no BOS, and
+    ``<|endoftext|>`` (id 0) as the pad token."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(hf)
+    tok.bos_token = None
+    tok.pad_token = "<|endoftext|>"
+    return tok
+
+
+def pass_rope_theta(theta: float) -> None:
+    """The fix for Tunix 0.1.7's Llama attention (module docstring): ``apply_rope`` with the model's
+    own theta. Affects functions traced after the call."""
+    from tunix.models.llama3 import model as llama
+
+    llama.apply_rope = functools.partial(llama.apply_rope, rope_theta=theta)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--hf-dir", required=True, help="SmolLM2 as a Hugging Face safetensors directory")
@@ -89,25 +124,16 @@ def main() -> None:
     if not REFERENCE.is_file():
         raise FileNotFoundError(f"{REFERENCE} is missing: run lm_reference_smollm2.py reference first")
 
-    from transformers import AutoTokenizer
     from tunix.generate import sampler as sampler_lib
     from tunix.generate import utils as gen_utils
-    from tunix.models.llama3 import model as llama
     from tunix.models.llama3 import params as llama_params
 
-    cfg = json.loads((hf / "config.json").read_text())
-    mcfg = llama.ModelConfig(
-        num_layers=cfg["num_hidden_layers"], vocab_size=cfg["vocab_size"], embed_dim=cfg["hidden_size"],
-        hidden_dim=cfg["intermediate_size"], num_heads=cfg["num_attention_heads"], head_dim=cfg["head_dim"],
-        num_kv_heads=cfg["num_key_value_heads"], rope_theta=int(cfg["rope_parameters"]["rope_theta"]),
-        norm_eps=cfg["rms_norm_eps"], weight_tying=cfg["tie_word_embeddings"])
+    mcfg = model_config(hf)
     t0 = time.perf_counter()
     mesh = jax.make_mesh((1, 1), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
     model = llama_params.create_model_from_safe_tensors(str(hf), mcfg, mesh, dtype=jnp.float32)
     load_s = time.perf_counter() - t0
-    tok = AutoTokenizer.from_pretrained(hf)
-    tok.bos_token = None
-    tok.pad_token = "<|endoftext|>"
+    tok = tokenizer(hf)
     eos = tok.convert_tokens_to_ids("<|im_end|>")
 
     ref = np.load(REFERENCE)
@@ -153,7 +179,7 @@ def main() -> None:
         shipped = parity()
         print("parity as shipped", shipped["identical_continuations"], shipped["max_abs_logit_diff_last8"],
               flush=True)
-    llama.apply_rope = functools.partial(llama.apply_rope, rope_theta=mcfg.rope_theta)
+    pass_rope_theta(mcfg.rope_theta)
     sampler = sampler_lib.Sampler(model, tok, cache)  # new jitted functions, traced with the fix
     if not a.serve:
         fixed = parity()
