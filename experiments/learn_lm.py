@@ -137,6 +137,7 @@ def main() -> None:
             "accuracy_start": before["accuracy"],
             "accuracy_after": after["accuracy"],
             "gain": after["accuracy"] - before["accuracy"],
+            "gain_pass@1": (after["pass@1"] - before["pass@1"]) if "pass@1" in after and "pass@1" in before else None,
             "pass@1_start": before.get("pass@1"), "pass@4_start": before.get("pass@4"),
             "pass@1_after": after.get("pass@1"), "pass@4_after": after.get("pass@4"),
             "length_start": before["completion_length"], "length_after": after["completion_length"],
@@ -150,7 +151,7 @@ def main() -> None:
             "sft_dir": str(sft_dir), "grpo_dir": str(grpo_dir),
         })
 
-    keys = ("accuracy_shipped", "accuracy_start", "accuracy_after", "gain", "pass@1_start", "pass@1_after",
+    keys = ("accuracy_shipped", "accuracy_start", "accuracy_after", "gain", "gain_pass@1", "pass@1_start", "pass@1_after",
             "pass@4_start", "pass@4_after")
     summary = {k: ci([s[k] for s in per_seed]) for k in keys if all(s[k] is not None for s in per_seed)}
     def apart(before: str, after: str) -> bool | None:
@@ -190,7 +191,9 @@ def main() -> None:
              f"{fmt(summary['pass@4_after']) if 'pass@4_after' in summary else ''} |", "",
              "Primary measure: pass@1 at the training temperature (chosen on tuning seed 0). Start vs after GRPO: "
              + "; ".join(f"{name}: CIs {'apart' if v else 'overlap'}" for name, v in cis_apart.items() if v is not None)
-             + f". Greedy accuracy gained {fmt(summary['gain'])} points (after - start, per seed).", "",
+             + f". Gain (after - start, per seed), points: pass@1 "
+             + (fmt(summary["gain_pass@1"]) if "gain_pass@1" in summary else "n/a")
+             + f", greedy accuracy {fmt(summary['gain'])}.", "",
              "| seed | shipped | start | after GRPO | accuracy every eval | mean length start / after | "
              "SFT s | GRPO s / update |", "|---|---:|---:|---:|---|---:|---:|---:|"]
     for s in per_seed:
