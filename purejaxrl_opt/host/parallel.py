@@ -50,11 +50,16 @@ class ParallelConfig:
     num_processes: int | None = None
     process_id: int | None = None
     init_timeout_s: float = 60.0
+    # how a device runs its block of lanes' updates: vmap (one batched program) | map (one lane after
+    # another, lax.map: each lane runs the unbatched program of a one-lane run)
+    lane_loop: str = "vmap"
 
     LANE_MODES: ClassVar[tuple[str, ...]] = ("auto", "off")
+    LANE_LOOPS: ClassVar[tuple[str, ...]] = ("vmap", "map")
 
     def validate(self, prefix: str = "parallel") -> None:
         one_of(f"{prefix}.lanes", self.lanes, self.LANE_MODES)
+        one_of(f"{prefix}.lane_loop", self.lane_loop, self.LANE_LOOPS)
         _check(self.data >= 1, f"{prefix}.data", self.data, "an int >= 1 (devices per agent)")
         _check(self.fsdp >= 1, f"{prefix}.fsdp", self.fsdp, "an int >= 1 (devices the params are sharded over)")
         _check(self.init_timeout_s > 0, f"{prefix}.init_timeout_s", self.init_timeout_s,
@@ -77,6 +82,7 @@ class Layout:
     mesh: Mesh
     lane_rows: int
     data: int
+    lane_loop: str = "vmap"  # ParallelConfig.lane_loop: how a device runs its lanes' updates
 
     @property
     def active(self) -> bool:
@@ -91,7 +97,8 @@ class Layout:
         return NamedSharding(self.mesh, P())
 
     def describe(self) -> dict:
-        return {"devices": int(self.mesh.size), "lane_shards": self.lane_rows, "data": self.data}
+        described = {"devices": int(self.mesh.size), "lane_shards": self.lane_rows, "data": self.data}
+        return described if self.lane_loop == "vmap" else {**described, "lane_loop": self.lane_loop}
 
 
 def lane_rows(num_lanes: int, max_rows: int) -> int:
@@ -152,7 +159,7 @@ def make_layout(settings: ParallelConfig, run, num_lanes: int, devices=None) -> 
     rows = lane_rows(num_lanes, n // data) if settings.lanes == "auto" else 1
     used = devices[: rows * data]
     mesh = Mesh(np.asarray(used, dtype=object).reshape(rows, data), (LANES, DATA))
-    return Layout(mesh, rows, data)
+    return Layout(mesh, rows, data, settings.lane_loop)
 
 
 # ------------------------------------------------------------------------- language-model runs
@@ -325,6 +332,22 @@ __all__ = ["ParallelConfig", "Layout", "make_layout", "lm_mesh", "settings_from_
            "initialize_distributed", "sharded_functions"]
 
 
+def lane_updates(algo, lane_loop: str = "vmap"):
+    """``(loop, start, stop) -> loop``: the updates of a block of lanes (the Loop's leading axis).
+    ``vmap``: one batched program over the lanes; ``map``: the lanes one after another
+    (``lax.map``), each the unbatched program of a one-lane run (inside a loop, so floats agree with
+    the single-seed run within float tolerance, not bitwise). XLA:CPU runs some batched programs
+    slower than the same work one lane after another (MJX physics: Playground, Brax)."""
+    from purejaxrl_opt.core.algos.base import run_updates
+
+    if lane_loop == "map":
+        def updates(loop, start, stop):
+            return jax.lax.map(lambda lane: run_updates(algo, lane, start, stop), loop)
+
+        return updates
+    return jax.vmap(partial(run_updates, algo), in_axes=(0, None, None))
+
+
 def sharded_functions(layout: Layout, algo, keys, hparams, data_algo=None):
     """``(init, updates, evaluate, loop_specs, global_loop_shape)``: the runner's three lane-vmapped
     functions as ``shard_map``s over ``layout.mesh`` (not yet jitted). ``algo`` gives the Loop's
@@ -336,7 +359,6 @@ def sharded_functions(layout: Layout, algo, keys, hparams, data_algo=None):
     template = jax.eval_shape(jax.vmap(partial(init_loop, algo)), keys, hparams)
     specs = loop_specs(template)
     init = wrap(layout, jax.vmap(partial(init_loop, run_algo)), (P(LANES), P(LANES)), specs)
-    updates = wrap(layout, jax.vmap(partial(run_updates, run_algo), in_axes=(0, None, None)),
-                   (specs, P(), P()), specs)
+    updates = wrap(layout, lane_updates(run_algo, layout.lane_loop), (specs, P(), P()), specs)
     evaluate = wrap(layout, jax.vmap(partial(evaluation.final_returns, run_algo)), (specs,), P(LANES))
     return init, updates, evaluate, specs, jax.eval_shape(init, keys, hparams)

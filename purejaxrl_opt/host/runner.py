@@ -69,7 +69,10 @@ class Compiled:
     """
 
     def __init__(self, algo: Algorithm, keys: jax.Array, hparams: dict, layout=None, data_algo=None):
+        from purejaxrl_opt.host.parallel import lane_updates
+
         start = time.perf_counter()
+        lane_loop = layout.lane_loop if layout is not None else "vmap"
         active = layout is not None and (layout.active or data_algo is not None)
         self.layout = layout if active else None
         if self.layout is not None:
@@ -77,7 +80,7 @@ class Compiled:
             self.seconds = time.perf_counter() - start
             return
         self.specs = None
-        updates = jax.vmap(partial(run_updates, algo), in_axes=(0, None, None))
+        updates = lane_updates(algo, lane_loop)
         if jax.tree_util.tree_leaves(keys)[0].shape[0] == 1:
             updates = _one_lane_updates(algo)
         self.init, self.updates, shape = compile_chunked(
