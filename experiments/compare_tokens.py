@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -52,18 +51,10 @@ METHODS = {
 }
 
 
-def run(cmd: list[str], log: Path) -> None:
-    print("$", " ".join(cmd), flush=True)
-    with open(log, "w") as f:
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
-    if proc.returncode != 0:
-        sys.exit(f"failed ({proc.returncode}); see {log}")
-
-
 def ensure_sft(args) -> Path:
     out = args.out / "sft"
     if args.force or not (out / "summary.json").is_file():
-        run([sys.executable, "-m", "purejaxrl_opt.sft", f"env={args.env}", f"seed={args.seed}",
+        provenance.run_logged([sys.executable, "-m", "purejaxrl_opt.sft", f"env={args.env}", f"seed={args.seed}",
              f"sft.num_examples={args.sft_examples}", f"sft.steps={args.sft_steps}",
              f"hydra.run.dir={out}", *args.sft_extra], args.out / "sft.log")
     return out
@@ -79,7 +70,7 @@ def ensure_method(args, name: str, sft_dir: Path) -> Path:
                *(args.ppo_extra if algo == "algo=ppo" else [])]
         if args.total_timesteps:
             cmd.append(f"total_timesteps={args.total_timesteps}")
-        run(cmd, args.out / f"{name}.log")
+        provenance.run_logged(cmd, args.out / f"{name}.log")
     return out
 
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -49,14 +48,6 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
 
 
-def run(cmd: list[str], log: Path) -> None:
-    print("$", " ".join(cmd), flush=True)
-    with open(log, "w") as f:
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
-    if proc.returncode != 0:
-        sys.exit(f"failed ({proc.returncode}); see {log}")
-
-
 def common(args, seed: int) -> list[str]:
     return [f"env={args.task}", f"seed={seed}", f"env.params.seed={seed}", f"env.params.num_eval={args.eval_prompts}",
             f"eval_episodes={args.eval_prompts}",
@@ -66,7 +57,7 @@ def common(args, seed: int) -> list[str]:
 def ensure_sft(args, seed: int) -> Path:
     out = args.out / f"sft_{seed}"
     if args.force or not (out / "summary.json").exists():
-        run([sys.executable, "-m", "purejaxrl_opt.sft", *common(args, seed),
+        provenance.run_logged([sys.executable, "-m", "purejaxrl_opt.sft", *common(args, seed),
              f"sft.num_examples={args.sft_examples}", f"sft.steps={args.sft_steps}",
              f"sft.batch_size={args.sft_batch}", f"sft.lr={args.sft_lr}", f"hydra.run.dir={out}", *args.sft_extra],
             args.out / f"sft_{seed}.log")
@@ -76,7 +67,7 @@ def ensure_sft(args, seed: int) -> Path:
 def ensure_grpo(args, seed: int, sft_dir: Path) -> Path:
     out = args.out / f"grpo_{seed}"
     if args.force or not (out / "summary.json").exists():
-        run([sys.executable, "-m", "purejaxrl_opt.train", "algo=grpo", *common(args, seed),
+        provenance.run_logged([sys.executable, "-m", "purejaxrl_opt.train", "algo=grpo", *common(args, seed),
              f"init_from={sft_dir}", f"lm.num_updates={args.updates}", f"algo.lr={args.lr}",
              f"eval_every={args.eval_every}",
              "eval_samples=4", "eval_pass_k=[1,4]", f"hydra.run.dir={out}", *args.extra],
@@ -191,7 +182,7 @@ def main() -> None:
              f"{fmt(summary['pass@4_after']) if 'pass@4_after' in summary else ''} |", "",
              "Primary measure: pass@1 at the training temperature (chosen on tuning seed 0). Start vs after GRPO: "
              + "; ".join(f"{name}: CIs {'apart' if v else 'overlap'}" for name, v in cis_apart.items() if v is not None)
-             + f". Gain (after - start, per seed), points: pass@1 "
+             + ". Gain (after - start, per seed), points: pass@1 "
              + (fmt(summary["gain_pass@1"]) if "gain_pass@1" in summary else "n/a")
              + f", greedy accuracy {fmt(summary['gain'])}.", "",
              "| seed | shipped | start | after GRPO | accuracy every eval | mean length start / after | "

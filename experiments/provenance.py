@@ -3,7 +3,7 @@
     python experiments/provenance.py check          # every results file README.md and docs/*.md cite: exists, with both
 
 What every experiment script shares: :func:`stamp` / :func:`markdown_footer` (commit, dirty flag,
-command line), :func:`load_average`, :func:`machine`, :func:`write_json` / :func:`write_markdown`.
+command line), :func:`run_logged` (a CLI run with its log), :func:`load_average`, :func:`machine`, :func:`write_json` / :func:`write_markdown`.
 Scripts run as ``python experiments/<name>.py`` from the repository root with the package installed,
 so ``import provenance`` finds this file beside them.
 
@@ -76,6 +76,18 @@ def write_markdown(path: str | Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text.rstrip("\n") + "\n" + markdown_footer())
     return path
+
+
+def run_logged(cmd: list[str], log: str | Path) -> None:
+    """Run ``cmd`` from the repository root with its output in ``log``; exit naming the log if it fails
+    (the runners that chain CLI runs: compare_tokens.py, learn_lm.py)."""
+    import subprocess
+
+    print("$", " ".join(cmd), flush=True)
+    with open(log, "w") as f:
+        proc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        sys.exit(f"failed ({proc.returncode}); see {log}")
 
 
 def command() -> str:
