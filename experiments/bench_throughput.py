@@ -206,6 +206,15 @@ def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, la
             def sample(self, key, p):
                 return ppo.dist.sample(key, {k: v for k, v in p.items() if k != "_"})
 
+            def draw(self, key, p):  # the rollout draws the actions' noise before its loop
+                return ppo.dist.draw(key, {k: v for k, v in p.items() if k != "_"})
+
+            def sample_from(self, noise, p):
+                return ppo.dist.sample_from(noise, {k: v for k, v in p.items() if k != "_"})
+
+            def postprocess(self, action):
+                return ppo.dist.postprocess(action)
+
             def log_prob(self, p, a):
                 return ppo.dist.log_prob({k: v for k, v in p.items() if k != "_"}, a) + 0 * p["_"]
 
