@@ -202,21 +202,24 @@ def bench_shape(env_id: str, num_envs: int, num_steps: int, num_updates: int, la
             return {**ppo.policy.apply(params["actor"], obs),
                     "_": critic.apply(params["critic"], obs)}
 
+        def _actor(p):  # the actor's distribution parameters, without the value carried along as "_"
+            return {k: v for k, v in p.items() if k != "_"}
+
         class _Dist:  # samples from the actor's output, ignores the value
             def sample(self, key, p):
-                return ppo.dist.sample(key, {k: v for k, v in p.items() if k != "_"})
+                return ppo.dist.sample(key, _actor(p))
 
             def draw(self, key, p):  # the rollout draws the actions' noise before its loop
-                return ppo.dist.draw(key, {k: v for k, v in p.items() if k != "_"})
+                return ppo.dist.draw(key, _actor(p))
 
             def sample_from(self, noise, p):
-                return ppo.dist.sample_from(noise, {k: v for k, v in p.items() if k != "_"})
+                return ppo.dist.sample_from(noise, _actor(p))
 
             def postprocess(self, action):
                 return ppo.dist.postprocess(action)
 
             def log_prob(self, p, a):
-                return ppo.dist.log_prob({k: v for k, v in p.items() if k != "_"}, a) + 0 * p["_"]
+                return ppo.dist.log_prob(_actor(p), a) + 0 * p["_"]
 
         def _body(carry, key):
             carry, batch, stats = rollout.collect(env, env_params, spec, _Dist(), _actor_and_critic,
