@@ -393,6 +393,7 @@ def main() -> None:
 
         jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp(prefix="bench_xla_cache_"))
 
+    load_before = [round(x, 2) for x in os.getloadavg()]
     results = []
     for num_envs, lanes in parse_shapes(args.shapes):
         num_updates = max(1, args.env_steps // (num_envs * args.num_steps))
@@ -402,7 +403,11 @@ def main() -> None:
         print(format_result(args.env, res), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"device": str(jax.devices()[0]), "device_kind": jax.devices()[0].device_kind,
+    import provenance  # experiments/provenance.py: the commit and the command
+
+    payload = {**provenance.stamp(), "machine": provenance.machine(), "load_avg_before": load_before,
+               "load_avg_after": provenance.load_average(),
+               "device": str(jax.devices()[0]), "device_kind": jax.devices()[0].device_kind,
                "jax": jax.__version__, "matmul_flops_per_s": matmul_flops_per_s(),
                "results": results}
     out.write_text(json.dumps(payload, indent=2) + "\n")
