@@ -393,7 +393,9 @@ def main() -> None:
 
         jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp(prefix="bench_xla_cache_"))
 
-    load_before = [round(x, 2) for x in os.getloadavg()]
+    import provenance  # experiments/provenance.py: the commit, the command, the load average
+
+    load_before = provenance.load_average()
     results = []
     for num_envs, lanes in parse_shapes(args.shapes):
         num_updates = max(1, args.env_steps // (num_envs * args.num_steps))
@@ -403,8 +405,6 @@ def main() -> None:
         print(format_result(args.env, res), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    import provenance  # experiments/provenance.py: the commit and the command
-
     payload = {**provenance.stamp(), "machine": provenance.machine(), "load_avg_before": load_before,
                "load_avg_after": provenance.load_average(),
                "device": str(jax.devices()[0]), "device_kind": jax.devices()[0].device_kind,
