@@ -1,6 +1,6 @@
 """experiments/device_check.py: the measurement plan covers every env x algorithm at 1/8/32/1024 lanes,
 heavy measurements never displace an env when the budget runs out, every planned config validates,
-and (slow tier) the script runs end to end on the CPU and writes its JSON."""
+and the script runs end to end on the CPU and writes its JSON."""
 
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ def test_every_planned_config_validates():
         assert run.algo.name == "grpo" and run.algo.check_every == 1
 
 
-@pytest.mark.slow  # two compiles of CartPole training
 def test_small_run_writes_its_json(tmp_path):
+    """The device script's dry run on the CPU, in the fast tier: two small compiles of CartPole PPO."""
     out = tmp_path / "check.json"
     env = dict(os.environ, DEVICE_CHECK_SMALL="1", JAX_PLATFORMS="cpu")
     subprocess.run([sys.executable, str(ROOT / "experiments" / "device_check.py"), "--out", str(out),
