@@ -37,6 +37,8 @@ def main(argv=None) -> int:
     parser.add_argument("--block", type=int, default=2, help="updates per timed execution")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--layout", choices=["none", "cli"], default="cli")
+    parser.add_argument("--modes", nargs="+", choices=["vmap", "map"], default=["vmap", "map"],
+                        help="the lane loops to time (one alone: its speed only, e.g. under other XLA_FLAGS)")
     parser.add_argument("--out", default=str(ROOT / "experiments" / "results" / "bench_lane_loop.json"))
     args = parser.parse_args(argv)
     import provenance
@@ -60,7 +62,7 @@ def main(argv=None) -> int:
     if needed > algo.num_updates:
         raise SystemExit(f"--block x (--repeats + 1) = {needed} updates > the run's {algo.num_updates}")
     modes = {}
-    for mode in ("vmap", "map"):
+    for mode in args.modes:
         settings = parallel.ParallelConfig("auto" if args.layout == "cli" else "off", lane_loop=mode)
         layout = parallel.make_layout(settings, run, len(sweep.lanes(run, None)))
         start = time.perf_counter()
@@ -93,10 +95,12 @@ def main(argv=None) -> int:
                          "layout": state["layout"]}
         print(f"[bench_lane_loop] {mode}: {per_update:.3f} s per update ({args.seeds} lanes x {batch} env steps), "
               f"{results[mode]['env_steps_per_s']:,.0f} env steps/s, compile {state['compile_s']:.1f} s", flush=True)
-    speedup = results["vmap"]["seconds_per_update"] / results["map"]["seconds_per_update"]
-    print(f"[bench_lane_loop] map over vmap: {speedup:.2f}x env steps/s", flush=True)
+    speedup = None
+    if set(results) == {"vmap", "map"}:
+        speedup = results["vmap"]["seconds_per_update"] / results["map"]["seconds_per_update"]
+        print(f"[bench_lane_loop] map over vmap: {speedup:.2f}x env steps/s", flush=True)
     out = {**stamp, "load_average_before": load_before, "load_average_after": provenance.load_average(),
-           "cpu_count": os.cpu_count(), "config": overrides, "env_steps_per_update_per_lane": batch,
+           "cpu_count": os.cpu_count(), "xla_flags": os.environ.get("XLA_FLAGS", ""), "config": overrides, "env_steps_per_update_per_lane": batch,
            "block": args.block, "repeats": args.repeats, "modes": results, "map_over_vmap": speedup}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")

@@ -20,6 +20,7 @@ config apart from the seed, whichever job or lane they came from). Writes into `
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -37,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.root).is_dir():
         parser.error(f"{args.root} is not a directory")
     try:
-        paths = write_report(args.root, args.out, args.metric, args.smooth)
+        command = shlex.join(["python", "-m", "purejaxrl_opt.report", *(sys.argv[1:] if argv is None else argv)])
+        paths = write_report(args.root, args.out, args.metric, args.smooth, command=command)
     except FileNotFoundError as error:
         print(f"purejaxrl_opt.report: {error}", file=sys.stderr)
         return 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -297,6 +298,9 @@ def test_report_pools_the_seeds_of_a_sweep(basic_multirun, sweep_run, tmp_path):
     assert markdown.splitlines()[0] == ("| algo | env | algo.clip_eps | algo.lr | seeds | final return (mean ± std) "
                                         "| 95% CI | env steps/s |")
     assert len([line for line in markdown.splitlines() if line.startswith("| ppo |")]) == 2
+    # it names what made it: the code's commit and the command, as typed
+    assert re.search(r"^commit: [0-9a-f]{12}", markdown, re.M), markdown[-400:]
+    assert f"command: `python -m purejaxrl_opt.report {sweep_out / 'run'} --out {tmp_path / 'vmapped'}`" in markdown
 
 
 @pytest.mark.slow  # the basic launcher above checks the multirun path in the fast tier

@@ -287,8 +287,9 @@ class _quiet_nan_warnings:
 
 
 def write_report(root: str | Path, out: str | Path | None = None, metric: str = "return_mean",
-                 window: int | None = None) -> dict:
-    """Write ``report.csv``, ``report.md`` and ``learning_curves.png``; returns their paths."""
+                 window: int | None = None, command: str | None = None) -> dict:
+    """Write ``report.csv``, ``report.md`` and ``learning_curves.png``; returns their paths. ``report.md``
+    ends with the code's commit and, when given, the ``command`` that wrote it."""
     out = Path(out or root)
     out.mkdir(parents=True, exist_ok=True)
     groups = collect(root, metric)
@@ -302,7 +303,11 @@ def write_report(root: str | Path, out: str | Path | None = None, metric: str = 
                          for row in rows)
     note = ("\nFinal return: mean ± std over seeds of each policy's final deterministic evaluation; "
             "95% CI = Student-t, t(0.975, n-1) std / sqrt(n) over the n seeds (— for one seed). env steps/s: all lanes of a job, compile excluded.\n")
-    (out / "report.md").write_text(markdown(columns, rows) + note)
+    from purejaxrl_opt.host.artifacts import git_commit
+
+    # where the table came from: the code's commit and the command that wrote it
+    made = f"\ncommit: {git_commit() or 'unknown'}\n" + (f"command: `{command}`\n" if command else "")
+    (out / "report.md").write_text(markdown(columns, rows) + note + made)
     plot_learning_curves(groups, out / "learning_curves.png", metric, window)
     return {"csv": out / "report.csv", "markdown": out / "report.md", "plot": out / "learning_curves.png",
             "groups": len(groups)}
