@@ -24,7 +24,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from purejaxrl_opt.host.report import write_report
+from purejaxrl_opt.host.report import git_commit, write_report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.root} is not a directory")
     try:
         command = shlex.join(["python", "-m", "purejaxrl_opt.report", *(sys.argv[1:] if argv is None else argv)])
-        paths = write_report(args.root, args.out, args.metric, args.smooth, command=command)
+        paths = write_report(args.root, args.out, args.metric, args.smooth,
+                             commit=git_commit() or "unknown", command=command)
     except FileNotFoundError as error:
         print(f"purejaxrl_opt.report: {error}", file=sys.stderr)
         return 2

@@ -10,9 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # a benchmark script of experiments/, not a user path: ~25 s of compiles
 def test_tiny_run_measures_every_rate_and_writes_provenance(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run(

@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 from purejaxrl_opt.host import stats, sweep
+from purejaxrl_opt.host.report import git_commit  # noqa: F401 - the runners' and suites' import
 from purejaxrl_opt.config.schema import RunConfig
 
 
@@ -53,24 +54,6 @@ def plot_learning_curve(out_dir: Path, summary: dict, metrics: dict) -> None:
         report.plot_learning_curves(report.groups_from_run(summary, metrics), out_dir / "learning_curve.png")
     except Exception as error:  # noqa: BLE001 - a plot must never cost a finished run its results
         print(f"[purejaxrl_opt] could not plot the learning curve: {error}")
-
-
-def git_commit(exclude: tuple[str, ...] = ()) -> str | None:
-    """The commit of the checkout this package runs from (``+dirty`` with uncommitted changes to
-    tracked files outside the ``exclude`` paths, relative to the repository root); None outside a git
-    checkout (an installed wheel)."""
-    import subprocess
-
-    root = Path(__file__).resolve().parents[2]
-    pathspec = ["--", ".", *(f":(exclude){p}" for p in exclude)] if exclude else []
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
-                              text=True, check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", *pathspec], cwd=root,
-                               capture_output=True, text=True, check=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return head + ("+dirty" if dirty else "") if head else None
 
 
 def _aggregate(per_seed: np.ndarray) -> dict:

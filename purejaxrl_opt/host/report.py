@@ -286,10 +286,28 @@ class _quiet_nan_warnings:
         self._ctx.__exit__(*exc)
 
 
+def git_commit(exclude: tuple[str, ...] = ()) -> str | None:
+    """The commit of the checkout this package runs from (``+dirty`` with uncommitted changes to
+    tracked files outside the ``exclude`` paths, relative to the repository root); None outside a git
+    checkout (an installed wheel)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    pathspec = ["--", ".", *(f":(exclude){p}" for p in exclude)] if exclude else []
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
+                              text=True, check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", *pathspec], cwd=root,
+                               capture_output=True, text=True, check=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "") if head else None
+
+
 def write_report(root: str | Path, out: str | Path | None = None, metric: str = "return_mean",
-                 window: int | None = None, command: str | None = None) -> dict:
+                 window: int | None = None, commit: str | None = None, command: str | None = None) -> dict:
     """Write ``report.csv``, ``report.md`` and ``learning_curves.png``; returns their paths. ``report.md``
-    ends with the code's commit and, when given, the ``command`` that wrote it."""
+    ends with the code's ``commit`` and the ``command`` that wrote it, where given."""
     out = Path(out or root)
     out.mkdir(parents=True, exist_ok=True)
     groups = collect(root, metric)
@@ -303,10 +321,8 @@ def write_report(root: str | Path, out: str | Path | None = None, metric: str = 
                          for row in rows)
     note = ("\nFinal return: mean ± std over seeds of each policy's final deterministic evaluation; "
             "95% CI = Student-t, t(0.975, n-1) std / sqrt(n) over the n seeds (— for one seed). env steps/s: all lanes of a job, compile excluded.\n")
-    from purejaxrl_opt.host.artifacts import git_commit
-
     # where the table came from: the code's commit and the command that wrote it
-    made = f"\ncommit: {git_commit() or 'unknown'}\n" + (f"command: `{command}`\n" if command else "")
+    made = (f"\ncommit: {commit}\n" if commit else "") + (f"command: `{command}`\n" if command else "")
     (out / "report.md").write_text(markdown(columns, rows) + note + made)
     plot_learning_curves(groups, out / "learning_curves.png", metric, window)
     return {"csv": out / "report.csv", "markdown": out / "report.md", "plot": out / "learning_curves.png",
