@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
@@ -58,13 +59,41 @@ def chunk_stops(num_updates: int, num_chunks: int, checkpoint_every: int = 0, st
     return stops
 
 
-def compile_chunked(init, advance, *args):
+class Compiler:
+    """Compiles lowered programs on worker threads while the caller traces and lowers the next one.
+
+    XLA compiles without holding the GIL, so a run's programs (init, the chunked updates, the final
+    evaluation) compile alongside each other and alongside the Python tracing of the ones after them;
+    the compiled programs are the same (experiments/bench_compile.py times the CLI's compile against
+    another checkout). Use as a context manager; :meth:`submit` returns a future whose ``result()`` is
+    the compiled program (or raises the compile's error)."""
+
+    def __init__(self, max_workers: int = 3):
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="xla-compile")
+
+    def submit(self, lowered) -> Future:
+        return self._pool.submit(lowered.compile)
+
+    def __enter__(self) -> "Compiler":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        # on an error, compiles not yet started are dropped; a running one finishes (seconds)
+        self._pool.shutdown(wait=True, cancel_futures=exc[0] is not None)
+
+
+def compile_chunked(init, advance, *args, extra=()):
     """``init`` and ``advance`` compiled ahead of time for ``init(*args)``'s carry:
-    ``(init, advance, carry shape)`` (the shape as ``jax.ShapeDtypeStruct`` leaves, nothing run)."""
-    init_compiled = jax.jit(init).lower(*args).compile()
-    shape = jax.eval_shape(init, *args)
-    advance_compiled = jax.jit(advance).lower(shape, jnp.int32(0), jnp.int32(1)).compile()
-    return init_compiled, advance_compiled, shape
+    ``(init, advance, carry shape, *extra)`` (the shape as ``jax.ShapeDtypeStruct`` leaves, nothing
+    run). ``extra``: functions ``shape -> jax.stages.Lowered`` of more programs over the carry (the
+    runner's final evaluation), compiled alongside (:class:`Compiler`)."""
+    with Compiler(max_workers=2 + len(extra)) as compiler:
+        futures = [compiler.submit(jax.jit(init).lower(*args))]
+        shape = jax.eval_shape(init, *args)
+        futures.append(compiler.submit(jax.jit(advance).lower(shape, jnp.int32(0), jnp.int32(1))))
+        futures += [compiler.submit(lower(shape)) for lower in extra]
+        init_compiled, advance_compiled, *others = [f.result() for f in futures]
+    return (init_compiled, advance_compiled, shape, *others)
 
 
 def run_chunks(advance, carry, stops, done: int = 0, after=None, finished=None,

@@ -25,7 +25,7 @@ import numpy as np
 from purejaxrl_opt.core import algos
 from purejaxrl_opt.formats import checkpoint
 from purejaxrl_opt.host import rundir, sweep
-from purejaxrl_opt.host.chunks import chunk_sizes, chunk_stops, compile_chunked, run_chunks  # noqa: F401
+from purejaxrl_opt.host.chunks import Compiler, chunk_sizes, chunk_stops, compile_chunked, run_chunks  # noqa: F401
 from purejaxrl_opt.host.artifacts import (make_summary, memory_report, plot_learning_curve, write_json_atomic,
                                      write_metrics_csv)
 from purejaxrl_opt.core.stages import evaluation
@@ -83,9 +83,9 @@ class Compiled:
         updates = lane_updates(algo, lane_loop)
         if jax.tree_util.tree_leaves(keys)[0].shape[0] == 1:
             updates = _one_lane_updates(algo)
-        self.init, self.updates, shape = compile_chunked(
-            jax.vmap(partial(init_loop, algo)), updates, keys, hparams)
-        self.evaluate = jax.jit(jax.vmap(partial(evaluation.final_returns, algo))).lower(shape).compile()
+        evaluate = jax.jit(jax.vmap(partial(evaluation.final_returns, algo)))
+        self.init, self.updates, _, self.evaluate = compile_chunked(
+            jax.vmap(partial(init_loop, algo)), updates, keys, hparams, extra=(evaluate.lower,))
         self.seconds = time.perf_counter() - start
 
     def _compile_sharded(self, algo, keys, hparams, data_algo) -> None:
@@ -96,12 +96,14 @@ class Compiled:
             layout, algo, keys, hparams, data_algo)
         lane, rep = layout.lane_sharding, layout.replicated
         loop_sh = parallel.shardings(layout, self.specs)
-        self.init = jax.jit(init, in_shardings=(lane, lane), out_shardings=loop_sh).lower(
-            keys, hparams).compile()
-        self.updates = jax.jit(updates, in_shardings=(loop_sh, rep, rep), out_shardings=loop_sh).lower(
-            shape, jnp.int32(0), jnp.int32(1)).compile()
-        self.evaluate = jax.jit(evaluate, in_shardings=(loop_sh,), out_shardings=lane).lower(
-            shape).compile()
+        with Compiler() as compiler:  # each compiles while the next is lowered
+            futures = [
+                compiler.submit(jax.jit(init, in_shardings=(lane, lane), out_shardings=loop_sh).lower(
+                    keys, hparams)),
+                compiler.submit(jax.jit(updates, in_shardings=(loop_sh, rep, rep), out_shardings=loop_sh).lower(
+                    shape, jnp.int32(0), jnp.int32(1))),
+                compiler.submit(jax.jit(evaluate, in_shardings=(loop_sh,), out_shardings=lane).lower(shape))]
+            self.init, self.updates, self.evaluate = [f.result() for f in futures]
 
     def place_inputs(self, keys, hparams):
         """Keys and hparams on the mesh (a no-op without a layout)."""
