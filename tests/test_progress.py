@@ -108,6 +108,56 @@ def test_a_disabled_bar_is_a_no_op():
     assert stream.getvalue() == "" and not bar.enabled
 
 
+def test_programs_compiled_alongside_compute_what_jit_computes_and_errors_reach_the_caller():
+    """compile_chunked compiles init, advance and the extra programs on worker threads while the next
+    is lowered: each compiled program gives what ``jax.jit`` of the same function gives, and an error
+    in lowering an extra program, or in compiling one, is raised in the caller (no hang)."""
+    import threading
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from purejaxrl_opt.host.chunks import Compiler, compile_chunked, run_chunks
+
+    def init(x):
+        return {"x": x, "sum": jnp.zeros(())}
+
+    def advance(carry, start, stop):
+        def body(i, c):
+            return {"x": jnp.sin(c["x"]) * 1.5 + i, "sum": c["sum"] + c["x"].sum()}
+        return jax.lax.fori_loop(start, stop, body, carry)
+
+    def readout(carry):
+        return carry["x"].sum() * 2.0 + carry["sum"]
+
+    x = jnp.linspace(-1.0, 1.0, 7)
+    threads_before = threading.active_count()
+    init_c, advance_c, shape, readout_c = compile_chunked(init, advance, x, extra=(jax.jit(readout).lower,))
+    assert jax.tree_util.tree_map(lambda s: (s.shape, s.dtype), shape) == {
+        "x": ((7,), jnp.float32), "sum": ((), jnp.float32)}
+    carry, _ = run_chunks(advance_c, init_c(x), [3, 5])
+    expected = jax.jit(advance)(jax.jit(init)(x), 0, 5)
+    for a, b in zip(jax.tree_util.tree_leaves(carry), jax.tree_util.tree_leaves(expected)):
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+    assert np.asarray(readout_c(carry)).tobytes() == np.asarray(jax.jit(readout)(expected)).tobytes()
+    assert threading.active_count() == threads_before  # the compile threads are gone
+
+    def broken(shape):
+        raise ValueError("cannot lower this")
+
+    with pytest.raises(ValueError, match="cannot lower this"):
+        compile_chunked(init, advance, x, extra=(broken,))
+
+    class FailingCompile:
+        def compile(self):
+            raise RuntimeError("compile failed")
+
+    with pytest.raises(RuntimeError, match="compile failed"):
+        with Compiler() as compiler:
+            compiler.submit(FailingCompile()).result()
+
+
 @pytest.mark.slow  # a transformer's training and greedy decoding compile: a minute on 2 loaded cores
 def test_sft_in_blocks_is_bitwise_one_call():
     """SFT's progress splits training into calls of one compiled ``blocks`` program: the parameters
