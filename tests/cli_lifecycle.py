@@ -135,13 +135,15 @@ MATRIX: dict[str, dict] = {
         "trpo": ["algo.num_steps=32", "total_timesteps=1280", "eval_episodes=2"],
         "grpo": SMALL_GRPO + ["algo.max_episode_steps=64", "total_timesteps=2000", "eval_episodes=2"]}},
 }
-# The fast tier (the README's test command, which must stay under ~8 minutes on 2 cores): TRPO and GRPO
-# through train and evaluate --gif on the cheaper libraries (kill + resume: the slow tier's runs of every
-# library; the resume path itself is algorithm-agnostic host code); PPO's whole life, kill + resume
-# included, on CartPole is tests/test_kill_and_resume.py's (Jumanji's PPO run moved to the slow tier for time). Everything else, Playground and Craftax (minutes of compile on 2 cores)
-# included, is the slow tier; their specific paths (zero-size checkpoint leaves, host rendering, Craftax's
-# textures) have fast in-process tests in their own files.
-FAST: dict[tuple[str, str], bool] = {("gymnax", "trpo"): False, ("navix", "grpo"): False}
+# The fast tier (the README's test command, which must stay under ~8 minutes on 2 cores): GRPO through
+# train and evaluate --gif on Navix (kill + resume: the slow tier's runs of every library; the resume
+# path itself is algorithm-agnostic host code); PPO's whole life, kill + resume included, on CartPole is
+# tests/test_kill_and_resume.py's, and a gymnax GIF through evaluate's entry point is tests/test_sweep.py's.
+# Everything else is the slow tier: TRPO's CLI runs on every library (TRPO's update is checked in-process
+# end to end in tests/test_trpo.py; the CLI around it is the same host code), Jumanji's PPO run, and
+# Playground and Craftax (minutes of compile on 2 cores), whose specific paths (zero-size checkpoint
+# leaves, host rendering, Craftax's textures) have fast in-process tests in their own files.
+FAST: dict[tuple[str, str], bool] = {("navix", "grpo"): False}
 
 
 def matrix_params(library: str) -> list:

@@ -181,6 +181,7 @@ def test_a_final_checkpoint_that_cannot_be_written_keeps_the_results(finished, t
     print(f"final checkpoint failure: {seconds:.1f}s wall")
 
 
+@pytest.mark.slow  # for the fast tier's time; the final checkpoint's write failure stays in it
 def test_a_periodic_checkpoint_that_cannot_be_written_keeps_the_earlier_ones(finished, tmp_path):
     """Resumed from update 2, the checkpoint of update 4 runs into the file size limit: the process
     ends at once with one line; the checkpoint of update 2 is kept intact, no temporary directory is

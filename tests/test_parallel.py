@@ -282,6 +282,7 @@ def test_one_device_layout_is_inactive_and_settings_are_validated():
                              devices=jax.devices()[:1])
 
 
+@pytest.mark.slow  # for the fast tier's time; the lane vmap and the lane shards keep fast checks here
 def test_lane_loop_map_gives_each_lane_its_single_seed_run(tmp_path):
     """``parallel.lane_loop=map`` runs a device's lanes one after another (lax.map), each the
     unbatched program of a one-lane run: lane k of a 2-seed run agrees with the vmapped lane k (params
