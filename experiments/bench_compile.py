@@ -44,12 +44,6 @@ def compile_seconds(checkout: Path, overrides: list[str], run_dir: Path) -> floa
     return json.loads((run_dir / "summary.json").read_text())["compile_seconds"]
 
 
-def git_commit(checkout: Path) -> str | None:
-    done = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short=12", "HEAD"],
-                          capture_output=True, text=True)
-    return done.stdout.strip() or None
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", required=True, help="another checkout of the project (e.g. a git worktree)")
@@ -78,7 +72,7 @@ def main(argv=None) -> int:
                          "this_over_baseline": round(means["this"] / means["baseline"], 3)}
         print(f"{case}: this {means['this']:.2f} s / baseline {means['baseline']:.2f} s = "
               f"{results[case]['this_over_baseline']:.2f}x")
-    provenance.write_json(args.out, {"baseline_commit": git_commit(baseline), "rounds": args.rounds,
+    provenance.write_json(args.out, {"baseline_commit": provenance.checkout_commit(baseline, short=12), "rounds": args.rounds,
                                      "load_avg_before": load_before, "load_avg_after": provenance.load_average(),
                                      "machine": provenance.machine(), "results": results})
     print(f"wrote {args.out}")

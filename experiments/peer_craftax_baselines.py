@@ -106,8 +106,7 @@ def run_peer(args, seed: int) -> None:
     log = (run_dir / "stdout.txt").read_text()
     info = {"seed": seed, "rc": rc, "wall_s": wall, "process_start_unix": start,
             "command": "python " + " ".join(command[1:]), "cwd": args.baselines,
-            "baselines_commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=args.baselines,
-                                               capture_output=True, text=True).stdout.strip(),
+            "baselines_commit": provenance.checkout_commit(args.baselines),
             "load_avg_at_end": provenance.load_average()}
     info["compiles"] = compile_log(log)
     for key, pattern in (("time_to_run_experiment_s", r"Time to run experiment ([\d.]+)"),

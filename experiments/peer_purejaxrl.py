@@ -37,9 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -78,16 +76,6 @@ def ppo_file(checkout: str | Path) -> Path:
                          f"  git clone https://github.com/luchris429/purejaxrl {checkout}\n"
                          f"  git -C {checkout} checkout {COMMIT}")
     return path
-
-
-def checkout_commit(checkout: Path) -> str | None:
-    """The checkout's commit when it is a git clone (None for an exported tree)."""
-    try:
-        out = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
 
 
 class FiveValueStep:
@@ -178,7 +166,7 @@ def main(argv=None) -> int:
 
     import provenance  # after training: nothing of this project ran before
 
-    record = {"side": "purejaxrl", "purejaxrl_commit": checkout_commit(Path(args.checkout)) or COMMIT,
+    record = {"side": "purejaxrl", "purejaxrl_commit": provenance.checkout_commit(args.checkout) or COMMIT,
               "checkout": str(args.checkout), "config_name": args.config, "config": given,
               "seed": args.seed, "num_updates": updates, "env_steps": env_steps,
               "compile_s": round(compile_s, 3), "run_s": round(run_s, 4),

@@ -48,6 +48,19 @@ def commit() -> str:
     return git_commit(exclude=("experiments/results",)) or "unknown"
 
 
+def checkout_commit(checkout, short: int | None = None) -> str | None:
+    """The commit of another checkout (a peer's clone, a worktree of an earlier commit), ``short``
+    hex digits or the whole hash; None when it is not a git clone (an exported tree)."""
+    import subprocess
+
+    cmd = ["git", "-C", str(checkout), "rev-parse", *([f"--short={short}"] if short else []), "HEAD"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
 def load_average() -> list[float]:
     """The 1, 5 and 15-minute load averages (on a small shared machine, whether a timing ran alone)."""
     import os
