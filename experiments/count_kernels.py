@@ -46,9 +46,22 @@ def computations(hlo: str) -> dict[str, list[str]]:
     return out
 
 
+def _loops_started(comps: dict[str, list[str]], name: str) -> list[str]:
+    """The bodies of the loops computation ``name`` starts: its own ``while``s and those of the
+    computations it ``call``s (XLA:CPU wraps small loops in calls)."""
+    out = []
+    for line in comps.get(name, []):
+        if " while(" in line:
+            out.append(re.search(r"body=%?([\w.\-]+)", line).group(1))
+        elif " call(" in line:
+            out += _loops_started(comps, re.search(r"to_apply=%?([\w.\-]+)", line).group(1))
+    return out
+
+
 def loops(hlo: str) -> list[dict]:
     """Every ``while`` of the module: the computation it sits in, its trip count (None when XLA does not
-    know it), its body's thunks by kind and the bodies of the loops nested in it."""
+    know it), its body's thunks by kind and the bodies of the loops its body starts (directly or through
+    a ``call``)."""
     comps = computations(hlo)
     found = []
     for parent, lines in comps.items():
@@ -58,13 +71,11 @@ def loops(hlo: str) -> list[dict]:
             body = re.search(r"body=%?([\w.\-]+)", line).group(1)
             trip = re.search(r'"known_trip_count":\{"n":"(\d+)"', line)
             kinds = Counter()
-            nested = []
             for inner in comps.get(body, []):
                 match = _INSTRUCTION.match(inner)
                 if match and match.group(1) not in FREE:
                     kinds[match.group(1)] += 1
-                if " while(" in inner:
-                    nested.append(re.search(r"body=%?([\w.\-]+)", inner).group(1))
+            nested = _loops_started(comps, body)
             found.append({"in": parent, "body": body, "trip_count": int(trip.group(1)) if trip else None,
                           "thunks": sum(kinds.values()), "by_kind": dict(kinds.most_common()), "nested": nested})
     return found
