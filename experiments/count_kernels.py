@@ -17,13 +17,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import subprocess
-import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 
+import profile_one_agent
 import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,21 +112,8 @@ def dump(side: str, args) -> str:
         ready, dump_dir = Path(tmp) / "ready", Path(tmp) / "hlo"
         env = dict(os.environ)
         env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_dump_to={dump_dir} --xla_dump_hlo_as_text".strip()
-        cmd = [sys.executable, str(ROOT / "experiments" / "profile_one_agent.py"), "--child", side, "--ready",
-               str(ready), "--num-envs", str(args.num_envs), "--updates", str(args.updates)]
-        cmd += ["--checkout", args.checkout] if args.checkout else []
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-        try:
-            deadline = time.time() + 600
-            while not ready.exists():
-                if proc.poll() is not None:
-                    raise SystemExit(f"the {side} process ended before it was ready:\n{proc.stderr.read()[-3000:]}")
-                if time.time() > deadline:
-                    raise SystemExit(f"the {side} process was not ready within 600 s")
-                time.sleep(0.5)
-        finally:
-            proc.kill()
-            proc.wait()
+        with profile_one_agent.ready_child(side, args, ready, env):
+            pass  # compiled (so dumped) once it is ready
         modules = sorted(dump_dir.glob("*after_optimizations.txt"), key=lambda p: p.stat().st_size)
         if not modules:
             raise SystemExit(f"the {side} process wrote no optimised module to {dump_dir}")

@@ -25,7 +25,7 @@ Needs Linux ``perf`` with permission to attach (root, or ``kernel.perf_event_par
 from __future__ import annotations
 
 import argparse
-import os
+import contextlib
 import re
 import shutil
 import subprocess
@@ -104,27 +104,35 @@ def child(args) -> int:
         jax.block_until_ready(call())
 
 
+@contextlib.contextmanager
+def ready_child(side: str, args, ready: Path, env: dict | None = None):
+    """Start ``side``'s profiled process (:func:`child`, with ``env`` when given) and wait until its
+    programs are compiled and it is looping; yields ``(process, seconds per update)`` and kills it on
+    exit. A process that ends early, or is not ready within 600 s, ends this one naming why."""
+    cmd = [sys.executable, __file__, "--child", side, "--ready", str(ready), "--num-envs", str(args.num_envs),
+           "--updates", str(args.updates)] + (["--checkout", args.checkout] if args.checkout else []) + \
+        (["--rollout-only"] if getattr(args, "rollout_only", False) and side == "ours" else [])
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.time() + 600
+        while not ready.exists():
+            if proc.poll() is not None:
+                raise SystemExit(f"the {side} process ended before it was ready:\n{proc.stderr.read()[-3000:]}")
+            if time.time() > deadline:
+                raise SystemExit(f"the {side} process was not ready within 600 s")
+            time.sleep(0.5)
+        yield proc, float(ready.read_text())
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def profile(side: str, args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         ready, data = Path(tmp) / "ready", Path(tmp) / "perf.data"
-        cmd = [sys.executable, __file__, "--child", side, "--ready", str(ready), "--num-envs", str(args.num_envs),
-               "--updates", str(args.updates)] + (["--checkout", args.checkout] if args.checkout else []) + \
-            (["--rollout-only"] if args.rollout_only and side == "ours" else [])
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
-            deadline = time.time() + 600
-            while not ready.exists():
-                if proc.poll() is not None:
-                    raise SystemExit(f"the {side} process ended before it was ready:\n{proc.stderr.read()[-3000:]}")
-                if time.time() > deadline:
-                    raise SystemExit(f"the {side} process was not ready within 600 s")
-                time.sleep(0.5)
-            seconds_per_update = float(ready.read_text())
+        with ready_child(side, args, ready) as (proc, seconds_per_update):
             subprocess.run(["perf", "record", "-F", str(args.frequency), "-p", str(proc.pid), "-o", str(data),
                             "--", "sleep", str(args.seconds)], check=True, capture_output=True)
-        finally:
-            proc.kill()
-            proc.wait()
         report = subprocess.run(["perf", "report", "-i", str(data), "--no-children", "--sort", "dso,symbol",
                                  "-g", "none", "--stdio", "--percent-limit", "0"],
                                 check=True, capture_output=True, text=True).stdout
