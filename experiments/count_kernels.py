@@ -44,15 +44,39 @@ def computations(hlo: str) -> dict[str, list[str]]:
     return out
 
 
+def _body(line: str) -> str:
+    return re.search(r"body=%?([\w.\-]+)", line).group(1)
+
+
+def _callee(line: str) -> str:
+    return re.search(r"to_apply=%?([\w.\-]+)", line).group(1)
+
+
+def _trip_count(line: str) -> int | None:
+    trip = re.search(r'"known_trip_count":\{"n":"(\d+)"', line)
+    return int(trip.group(1)) if trip else None
+
+
+def entry_name(hlo: str) -> str:
+    """The name of the module's entry computation."""
+    return next(m.group(1) for line in hlo.splitlines() if (m := re.match(r"^ENTRY %?([\w.\-]+) ", line)))
+
+
+def thunk_kinds(lines: list[str]) -> Counter:
+    """The thunks of one computation's instruction lines, by kind (free instructions left out; a loop's or
+    a callee's own thunks not included)."""
+    return Counter(m.group(1) for line in lines if (m := _INSTRUCTION.match(line)) and m.group(1) not in FREE)
+
+
 def _loops_started(comps: dict[str, list[str]], name: str) -> list[str]:
     """The bodies of the loops computation ``name`` starts: its own ``while``s and those of the
     computations it ``call``s (XLA:CPU wraps small loops in calls)."""
     out = []
     for line in comps.get(name, []):
         if " while(" in line:
-            out.append(re.search(r"body=%?([\w.\-]+)", line).group(1))
+            out.append(_body(line))
         elif " call(" in line:
-            out += _loops_started(comps, re.search(r"to_apply=%?([\w.\-]+)", line).group(1))
+            out += _loops_started(comps, _callee(line))
     return out
 
 
@@ -66,16 +90,11 @@ def loops(hlo: str) -> list[dict]:
         for line in lines:
             if " while(" not in line:
                 continue
-            body = re.search(r"body=%?([\w.\-]+)", line).group(1)
-            trip = re.search(r'"known_trip_count":\{"n":"(\d+)"', line)
-            kinds = Counter()
-            for inner in comps.get(body, []):
-                match = _INSTRUCTION.match(inner)
-                if match and match.group(1) not in FREE:
-                    kinds[match.group(1)] += 1
-            nested = _loops_started(comps, body)
-            found.append({"in": parent, "body": body, "trip_count": int(trip.group(1)) if trip else None,
-                          "thunks": sum(kinds.values()), "by_kind": dict(kinds.most_common()), "nested": nested})
+            body = _body(line)
+            kinds = thunk_kinds(comps.get(body, []))
+            found.append({"in": parent, "body": body, "trip_count": _trip_count(line),
+                          "thunks": sum(kinds.values()), "by_kind": dict(kinds.most_common()),
+                          "nested": _loops_started(comps, body)})
     return found
 
 
@@ -84,26 +103,21 @@ def executions(hlo: str) -> int:
     one) once, a ``call`` also running its callee, a ``while`` its body known-trip-count times (a loop
     whose trip count XLA does not know counts once: a lower bound)."""
     comps = computations(hlo)
-    entry = next(m.group(1) for line in hlo.splitlines() if (m := re.match(r"^ENTRY %?([\w.\-]+) ", line)))
     memo: dict[str, int] = {}
 
     def run(name: str) -> int:
         if name not in memo:
-            total = 0
-            for line in comps.get(name, []):
-                match = _INSTRUCTION.match(line)
-                if not match or match.group(1) in FREE:
-                    continue
-                total += 1
-                if match.group(1) == "while":
-                    trip = re.search(r'"known_trip_count":\{"n":"(\d+)"', line)
-                    total += (int(trip.group(1)) if trip else 1) * run(re.search(r"body=%?([\w.\-]+)", line).group(1))
-                elif match.group(1) == "call":
-                    total += run(re.search(r"to_apply=%?([\w.\-]+)", line).group(1))
+            lines = comps.get(name, [])
+            total = sum(thunk_kinds(lines).values())
+            for line in lines:
+                if " while(" in line:
+                    total += (_trip_count(line) or 1) * run(_body(line))
+                elif " call(" in line:
+                    total += run(_callee(line))
             memo[name] = total
         return memo[name]
 
-    return run(entry)
+    return run(entry_name(hlo))
 
 
 def dump(side: str, args) -> str:

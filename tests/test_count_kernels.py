@@ -34,10 +34,9 @@ def test_loops_and_executions_follow_the_trip_counts():
     comps = count_kernels.computations(hlo)
 
     def own(name):  # the thunks of one computation, its loops' and callees' not included
-        return sum(1 for line in comps[name] if (m := count_kernels._INSTRUCTION.match(line))
-                   and m.group(1) not in count_kernels.FREE)
+        return sum(count_kernels.thunk_kinds(comps[name]).values())
 
-    entry = next(line.split()[1].lstrip("%") for line in hlo.splitlines() if line.startswith("ENTRY"))
+    entry = count_kernels.entry_name(hlo)
     # XLA:CPU may wrap a small loop in a call: the wrapper's own thunks run once per time it is reached
     outer_wrapper = own(outer["in"]) if outer["in"] != entry else 0
     inner_wrapper = own(inner["in"]) if inner["in"] != outer["body"] else 0
