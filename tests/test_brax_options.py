@@ -1,7 +1,8 @@
 """Brax PPO's choices as options (docs/algorithms.md, "Brax PPO's choices"): the tanh-squashed Gaussian
-(``network.action_dist=tanh_normal``), constant reward scaling (``env.reward_scale``) and Brax's
-observation statistics (``env.obs_norm_style=brax``), each against Brax's own functions (brax 0.14,
-installed with the playground extra) and a hand computation, and a short CLI run with all three on."""
+(``network.action_dist=tanh_normal``), constant reward scaling (``env.reward_scale``), Brax's
+observation statistics (``env.obs_norm_style=brax``), Brax's initialisation (``network.init=lecun_uniform``)
+and Adam's epsilon (``algo.adam_eps``), each against Brax's own functions (brax 0.14, installed with the
+playground extra) or a hand computation, and a short CLI run with all of them on."""
 
 from __future__ import annotations
 
@@ -237,6 +238,62 @@ def test_brax_obs_norm_updates_before_the_policy_step_and_the_rollout_acts_on_th
     assert stage.next_obs_norm(before, exp) is exp.obs_norm
 
 
+# ----------------------------------------------------------------------------- initialisation and Adam
+def _kernels(params) -> dict[str, np.ndarray]:
+    return {jax.tree_util.keystr(path): np.asarray(leaf)
+            for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0] if path[-1].key == "kernel"}
+
+
+def test_lecun_uniform_init_draws_brax_mlp_kernels():
+    """``network.init=lecun_uniform``: every dense kernel of actor and critic (the outputs too) is drawn
+    from the distribution of Brax's ``networks.MLP`` (its default kernel_init; Playground's 5 x 256
+    value network here), biases zero. Checked against Brax's own MLP by a two-sample KS test on the
+    256 x 256 layers (65,536 draws a side), which the default orthogonal init fails; and by the bound
+    sqrt(3 / fan_in) that every draw of the small layers keeps."""
+    from scipy.stats import ks_2samp
+
+    networks = pytest.importorskip("brax.training.networks")
+    sizes = (256,) * 5
+    brax_mlp = networks.MLP(layer_sizes=list(sizes) + [1])
+    brax_params = brax_mlp.init(jax.random.PRNGKey(1), jnp.zeros((1, 3)))
+    brax_hidden = [k for k in _kernels(brax_params).values() if k.shape == (256, 256)]
+    assert len(brax_hidden) == 4
+
+    def ours(init):
+        run = RunConfig(algo=PPOConfig(num_envs=4, num_steps=32), env=EnvConfig(id="Pendulum-v1"),
+                        network=NetworkConfig(init=init, hidden_sizes=(32, 32), critic_hidden_sizes=sizes,
+                                              action_dist="tanh_normal", log_std_init=0.0), total_timesteps=128)
+        run.validate()
+        alg = make_algorithm(run)
+        return alg.init(jax.random.PRNGKey(0), alg.default_hparams()).params
+
+    params = ours("lecun_uniform")
+    kernels = _kernels(params)
+    hidden = [k for name, k in kernels.items() if k.shape == (256, 256)]
+    assert len(hidden) == 4
+    for mine, theirs in zip(hidden, brax_hidden):
+        assert ks_2samp(mine.ravel(), theirs.ravel()).pvalue > 1e-3
+    for name, kernel in kernels.items():
+        assert np.abs(kernel).max() <= np.sqrt(3.0 / kernel.shape[0]) * (1 + 1e-6), name
+    biases = [leaf for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0] if path[-1].key == "bias"]
+    assert biases and all(not np.any(np.asarray(b)) for b in biases)
+    orthogonal = [k for k in _kernels(ours("orthogonal")).values() if k.shape == (256, 256)]
+    assert ks_2samp(orthogonal[0].ravel(), brax_hidden[0].ravel()).pvalue < 1e-6
+
+
+def test_adam_eps_enters_the_first_step_as_by_hand():
+    """Adam's first step is ``-lr * g / (|g| + eps)`` (bias-corrected moments of one gradient): with a
+    gradient of 1e-6, PureJaxRL's eps 1e-5 takes 1/11 of the step Brax's 1e-8 takes."""
+    from purejaxrl_opt.core.stages.optim import adam
+
+    grad = jnp.array([1e-6, -2.0, 0.5])
+    for eps in (1e-5, 1e-8):
+        optimizer = adam({"max_grad_norm": 1e6}, 0.1, eps=eps)
+        updates, _ = optimizer.update(grad, optimizer.init(jnp.zeros(3)))
+        np.testing.assert_allclose(np.asarray(updates), -0.1 * np.asarray(grad) / (np.abs(np.asarray(grad)) + eps),
+                                   rtol=1e-5)
+
+
 # ----------------------------------------------------------------------------- validation and the CLI
 @pytest.mark.parametrize("overrides, fragment", [
     (["network.action_dist=beta"], "'network.action_dist' = 'beta' is invalid: must be one of ['gaussian', "
@@ -249,6 +306,10 @@ def test_brax_obs_norm_updates_before_the_policy_step_and_the_rollout_acts_on_th
     (["env.reward_scale=0"], "'env.reward_scale' = 0.0 is invalid: must be > 0"),
     (["env.reward_scale=10", "env.normalize_reward=true"], "'env.reward_scale' = 10.0 is invalid: must be 1.0 "
                                                            "with env.normalize_reward=true"),
+    (["network.init=xavier"], "'network.init' = 'xavier' is invalid: must be one of ['orthogonal', 'lecun_uniform']"),
+    (["env=Addition-v0", "network=transformer", "network.init=lecun_uniform"],
+     "'network.init' = 'lecun_uniform' is invalid: must be orthogonal with network.kind=transformer"),
+    (["algo.adam_eps=0"], "'ppo.adam_eps' = 0.0 is invalid: must be > 0"),
     (["env.obs_norm_style=acme"], "'env.obs_norm_style' = 'acme' is invalid: must be one of ['project', 'brax']"),
     (["env.obs_norm_style=brax"], "'env.obs_norm_style' = 'brax' is invalid: must be 'project' with "
                                   "env.normalize_obs=false"),
@@ -276,6 +337,7 @@ def test_defaults_add_no_state_and_keep_the_gaussian():
 def brax_options_cli_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("brax_options")
     proc = cli("env=Pendulum-v1", "algo=ppo", "network.action_dist=tanh_normal", "env.reward_scale=0.1",
+               "network.init=lecun_uniform", "algo.adam_eps=1e-8",
                "env.normalize_reward=false", "env.normalize_obs=true", "env.obs_norm_style=brax",
                "algo.num_envs=4", "algo.num_steps=100",
                "algo.num_minibatches=4", "total_timesteps=2400", "num_seeds=1", "eval_episodes=2", "logger=none",
@@ -285,8 +347,8 @@ def brax_options_cli_run(tmp_path_factory):
 
 
 def test_a_cli_run_with_every_brax_option_trains_and_reports_env_returns(brax_options_cli_run):
-    """PPO on Pendulum-v1 through the CLI with tanh_normal, reward_scale 0.1 and Brax's observation
-    statistics: every metric finite, and the training returns in the env's units (a 200-step episode
+    """PPO on Pendulum-v1 through the CLI with tanh_normal, reward_scale 0.1, Brax's observation
+    statistics, Brax's initialisation and Adam epsilon: every metric finite, and the training returns in the env's units (a 200-step episode
     of a fresh policy returns about -1000 to -1600; scaled by 0.1 it would be above -170)."""
     with open(brax_options_cli_run / "metrics.csv") as handle:
         rows = list(csv.DictReader(handle))
@@ -298,6 +360,7 @@ def test_a_cli_run_with_every_brax_option_trains_and_reports_env_returns(brax_op
     summary = json.loads((brax_options_cli_run / "summary.json").read_text())
     assert summary["config"]["network"]["action_dist"] == "tanh_normal"
     assert summary["config"]["env"]["obs_norm_style"] == "brax"
+    assert summary["config"]["network"]["init"] == "lecun_uniform" and summary["config"]["algo"]["adam_eps"] == 1e-8
 
 
 def test_checkpoints_of_runs_before_these_keys_still_match_at_their_defaults():
@@ -308,11 +371,14 @@ def test_checkpoints_of_runs_before_these_keys_still_match_at_their_defaults():
     base = RunConfig(algo=PPOConfig(num_envs=4, num_steps=32), env=EnvConfig(id="Pendulum-v1"), total_timesteps=128)
     config = fingerprint(base, None, ())["config"]
     assert "reward_scale" not in config["env"] and "obs_norm_style" not in config["env"]
-    assert "action_dist" not in config["network"]
-    changed = RunConfig(algo=base.algo, env=EnvConfig(id="Pendulum-v1", reward_scale=10.0),
-                        network=NetworkConfig(action_dist="tanh_normal"), total_timesteps=128)
+    assert "action_dist" not in config["network"] and "init" not in config["network"]
+    assert "adam_eps" not in config["algo"]
+    changed = RunConfig(algo=PPOConfig(num_envs=4, num_steps=32, adam_eps=1e-8),
+                        env=EnvConfig(id="Pendulum-v1", reward_scale=10.0),
+                        network=NetworkConfig(action_dist="tanh_normal", init="lecun_uniform"), total_timesteps=128)
     config = fingerprint(changed, None, ())["config"]
     assert config["env"]["reward_scale"] == 10.0 and config["network"]["action_dist"] == "tanh_normal"
+    assert config["network"]["init"] == "lecun_uniform" and config["algo"]["adam_eps"] == 1e-8
 
 
 # one agent's envs over 4 simulated devices (tests/test_parallel.py): Brax's statistics are those of the

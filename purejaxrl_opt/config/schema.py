@@ -120,6 +120,10 @@ class NetworkConfig:
     # tanh(sample) mapped onto the bounds; log-probs of the pre-tanh sample with the tanh Jacobian,
     # entropy Brax's one-sample estimate). Discrete actions: categorical either way (tanh_normal refused)
     action_dist: str = "gaussian"
+    # the dense layers' initial kernels (MLP torso, heads, outputs; biases zero): orthogonal (PureJaxRL's
+    # and CleanRL's: gain sqrt(2) hidden, 0.01 policy output, 1.0 value output) | lecun_uniform (Brax's
+    # MLP, every layer). Conv layers and the recurrent cell keep their own.
+    init: str = "orthogonal"
     # recurrent cell between the torso and the heads of actor and critic (kind=mlp): none | gru | lstm
     recurrent: str = "none"
     recurrent_size: int = 64  # hidden state width of the recurrent cell
@@ -146,10 +150,14 @@ class NetworkConfig:
     RECURRENT: ClassVar[tuple[str, ...]] = ("none", "gru", "lstm")
 
     ACTION_DISTS: ClassVar[tuple[str, ...]] = ("gaussian", "tanh_normal")
+    INITS: ClassVar[tuple[str, ...]] = ("orthogonal", "lecun_uniform")
 
     def validate(self, prefix: str) -> None:
         one_of(f"{prefix}.kind", self.kind, self.KINDS)
         one_of(f"{prefix}.action_dist", self.action_dist, self.ACTION_DISTS)
+        one_of(f"{prefix}.init", self.init, self.INITS)
+        _check(self.init == "orthogonal" or self.kind == "mlp", f"{prefix}.init", self.init,
+               "orthogonal with network.kind=transformer (the transformer has its own initialisation)")
         _check(self.action_dist == "gaussian" or self.log_std_init == 0.0, f"{prefix}.log_std_init",
                self.log_std_init, f"0.0 with {prefix}.action_dist={self.action_dist} (its scale is an "
                "output of the policy network, there is no log-std parameter)")

@@ -38,6 +38,7 @@ class PPOConfig(ActorCriticConfig):
     ent_coef: float = 0.01  # entropy bonus coefficient (sweepable)
     vf_coef: float = 0.5  # value loss coefficient (sweepable)
     max_grad_norm: float = 0.5  # global gradient-norm clip (sweepable)
+    adam_eps: float = 1e-5  # Adam's epsilon (PureJaxRL's 1e-5; Brax's PPO uses optax's default, 1e-8)
     # Brax PPO's loss: values, GAE targets and advantages computed inside every minibatch's loss with
     # the current critic (stop-gradient), minibatches of whole unrolls (unroll_length; 0: num_steps)
     recompute_advantages: bool = False
@@ -70,6 +71,7 @@ class PPOConfig(ActorCriticConfig):
         non_negative(f"{prefix}.ent_coef", self.ent_coef)
         non_negative(f"{prefix}.vf_coef", self.vf_coef)
         positive(f"{prefix}.max_grad_norm", self.max_grad_norm)
+        positive(f"{prefix}.adam_eps", self.adam_eps)
 
 
 CONFIG = PPOConfig  # this algorithm's config (config.schema.ALGORITHMS)
@@ -135,7 +137,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
         parts = stage.init(key)
         params = {"actor": parts.actor_params, "critic": parts.critic_params}
         # the optimizer works on one flat vector: one fused Adam update instead of one per leaf
-        opt_state = adam(hparams, hparams["lr"]).init(ravel_pytree(params)[0])
+        opt_state = adam(hparams, hparams["lr"], eps=cfg.adam_eps).init(ravel_pytree(params)[0])
         return PPOState(params, opt_state, parts.env, parts.obs_norm, parts.key, parts.reward_norm)
 
     def loss_fn(params, mb: Transitions, hparams, key=None):
@@ -162,7 +164,7 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
         # device shuffles its own shard (recurrent: leaves are [N, T], so these are minibatches of envs)
         batch = experience.transitions
         flat_params, opt_state, diagnostics = minibatch_epochs(
-            grad_fn, adam(hparams, learning_rate), flat_params, state.opt_state, batch,
+            grad_fn, adam(hparams, learning_rate, eps=cfg.adam_eps), flat_params, state.opt_state, batch,
             batch.action.shape[0], cfg.num_minibatches, jax.random.split(shuffle_key, cfg.update_epochs),
             reduce_grads=data.mean, shuffle_key=data.device_key, loss_keys=dist.entropy_needs_key)
 

@@ -24,9 +24,13 @@ from purejaxrl_opt.envs import EnvSpec
 ACTIVATIONS: dict[str, Callable] = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu}
 
 
-def _dense(features: int, scale: float) -> nn.Dense:
-    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(scale),
-                    bias_init=nn.initializers.zeros)
+def _dense(features: int, scale: float, init: str = "orthogonal") -> nn.Dense:
+    """A dense layer with zero biases and ``network.init``'s kernels: ``orthogonal`` with gain ``scale``
+    (PureJaxRL's and CleanRL's: sqrt(2) hidden, 0.01 policy output, 1.0 value output) or
+    ``lecun_uniform`` (Brax's MLP on every layer, outputs too; ``scale`` unused)."""
+    kernel = (nn.initializers.lecun_uniform() if init == "lecun_uniform"
+              else nn.initializers.orthogonal(scale))
+    return nn.Dense(features, kernel_init=kernel, bias_init=nn.initializers.zeros)
 
 
 def patch_indices(height: int, width: int, channels: int, kh: int, kw: int) -> np.ndarray:
@@ -101,6 +105,7 @@ class Torso(nn.Module):
     activation: str
     cnn_channels: Sequence[int] = ()
     conv_impl: str = "auto"
+    init: str = "orthogonal"  # the dense layers' (network.init); conv layers stay orthogonal
 
     @nn.compact
     def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
@@ -115,7 +120,7 @@ class Torso(nn.Module):
                                  name=f"Conv_{index}")(x))
         x = x.reshape((x.shape[0], int(np.prod(x.shape[1:]))))
         for size in self.hidden_sizes:
-            x = act(_dense(size, np.sqrt(2))(x))
+            x = act(_dense(size, np.sqrt(2), self.init)(x))
         return x.reshape(batch_shape + (x.shape[-1],))
 
 
@@ -163,7 +168,7 @@ def _log_std(module: nn.Module, spec: EnvSpec, net: NetworkConfig) -> jnp.ndarra
 def _policy_out(spec: EnvSpec, net: NetworkConfig) -> nn.Dense:
     """The policy's output layer: ``A`` logits or means; ``2A`` (loc, raw scale) for tanh_normal, whose
     scale depends on the state as in Brax's policy network."""
-    return _dense(spec.num_actions * (2 if _tanh_normal(spec, net) else 1), 0.01)
+    return _dense(spec.num_actions * (2 if _tanh_normal(spec, net) else 1), 0.01, net.init)
 
 
 def _distribution(spec: EnvSpec, net: NetworkConfig, out: jnp.ndarray, log_std) -> dict[str, jnp.ndarray]:
@@ -187,7 +192,7 @@ class Actor(nn.Module):
     @nn.compact
     def __call__(self, obs: jnp.ndarray) -> dict[str, jnp.ndarray]:
         x = Torso(len(self.spec.obs_shape), self.net.hidden_sizes, self.net.activation,
-                  self.net.cnn_channels, self.net.conv_impl)(policy_input(self.spec, obs))
+                  self.net.cnn_channels, self.net.conv_impl, self.net.init)(policy_input(self.spec, obs))
         out = _policy_out(self.spec, self.net)(x)
         if self.spec.discrete:
             return {"logits": masked(self.spec, out, obs)}
@@ -203,8 +208,8 @@ class Critic(nn.Module):
     @nn.compact
     def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
         x = Torso(len(self.spec.obs_shape), self.net.critic_sizes, self.net.activation,
-                  self.net.cnn_channels, self.net.conv_impl)(critic_input(self.spec, obs))
-        return _dense(1, 1.0)(x)[..., 0]
+                  self.net.cnn_channels, self.net.conv_impl, self.net.init)(critic_input(self.spec, obs))
+        return _dense(1, 1.0, self.net.init)(x)[..., 0]
 
 
 class Heads(nn.Module):
@@ -216,11 +221,11 @@ class Heads(nn.Module):
     net: NetworkConfig
 
     def setup(self):
-        self.actor_layers = [_dense(size, np.sqrt(2)) for size in self.net.head_sizes]
+        self.actor_layers = [_dense(size, np.sqrt(2), self.net.init) for size in self.net.head_sizes]
         self.actor_out = _policy_out(self.spec, self.net)
         self.log_std = _log_std(self, self.spec, self.net)
-        self.critic_layers = [_dense(size, np.sqrt(2)) for size in self.net.head_sizes]
-        self.critic_out = _dense(1, 1.0)
+        self.critic_layers = [_dense(size, np.sqrt(2), self.net.init) for size in self.net.head_sizes]
+        self.critic_out = _dense(1, 1.0, self.net.init)
 
     def _hidden(self, layers, x: jnp.ndarray) -> jnp.ndarray:
         act = ACTIVATIONS[self.net.activation]
@@ -249,7 +254,7 @@ class ActorCritic(nn.Module):
 
     def setup(self):
         self.torso = Torso(len(self.spec.obs_shape), self.net.hidden_sizes, self.net.activation,
-                           self.net.cnn_channels, self.net.conv_impl)
+                           self.net.cnn_channels, self.net.conv_impl, self.net.init)
         self.heads = Heads(self.spec, self.net)
 
     def actor(self, obs: jnp.ndarray) -> dict[str, jnp.ndarray]:
@@ -426,7 +431,7 @@ class _RecurrentNetwork(nn.Module):
     def setup(self):
         sizes = self.net.critic_sizes if self.critic else self.net.hidden_sizes
         self.torso = Torso(len(self.spec.obs_shape), sizes, self.net.activation,
-                           self.net.cnn_channels, self.net.conv_impl)
+                           self.net.cnn_channels, self.net.conv_impl, self.net.init)
         self.cell = RecurrentCell(self.net.recurrent, self.net.recurrent_size)
         self.setup_head()
 
@@ -452,7 +457,7 @@ class RecurrentActor(_RecurrentNetwork):
     """Recurrent policy: ``(memory, obs) -> (memory, distribution parameters)`` per step."""
 
     def setup_head(self):
-        self.head_layers = [_dense(size, np.sqrt(2)) for size in self.net.head_sizes]
+        self.head_layers = [_dense(size, np.sqrt(2), self.net.init) for size in self.net.head_sizes]
         self.out = _policy_out(self.spec, self.net)
         self.log_std = _log_std(self, self.spec, self.net)
 
@@ -466,8 +471,8 @@ class RecurrentCritic(_RecurrentNetwork):
     critic: bool = True
 
     def setup_head(self):
-        self.head_layers = [_dense(size, np.sqrt(2)) for size in self.net.head_sizes]
-        self.out = _dense(1, 1.0)
+        self.head_layers = [_dense(size, np.sqrt(2), self.net.init) for size in self.net.head_sizes]
+        self.out = _dense(1, 1.0, self.net.init)
 
     def head(self, h: jnp.ndarray) -> jnp.ndarray:
         return self.out(self.head_hidden(h))[..., 0]

@@ -8,12 +8,13 @@ import numpy as np
 import optax
 
 
-def adam(hparams, learning_rate, max_grad_norm=None) -> optax.GradientTransformation:
+def adam(hparams, learning_rate, max_grad_norm=None, eps: float = 1e-5) -> optax.GradientTransformation:
     """Adam with global-norm clipping (``max_grad_norm``, default ``hparams["max_grad_norm"]``); the
-    rate is applied outside Adam's own state so it can be annealed or traced (a swept lane value)."""
+    rate is applied outside Adam's own state so it can be annealed or traced (a swept lane value).
+    ``eps`` is added to the root of the second moment (PureJaxRL's 1e-5; optax's and Brax's 1e-8)."""
     max_grad_norm = hparams["max_grad_norm"] if max_grad_norm is None else max_grad_norm
     return optax.chain(optax.clip_by_global_norm(max_grad_norm),
-                       optax.scale_by_adam(eps=1e-5), optax.scale(-learning_rate))
+                       optax.scale_by_adam(eps=eps), optax.scale(-learning_rate))
 
 
 def adamw(learning_rate, max_grad_norm, weight_decay=0.0, b2=0.999, eps=1e-8) -> optax.GradientTransformation:
