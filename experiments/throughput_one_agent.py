@@ -1,9 +1,10 @@
 """One agent, ours vs PureJaxRL's own ``ppo.py``, on this CPU: env steps/s, compile s and final return
 per side, each measurement its own process, the two sides interleaved (A B A B ...).
 
-    python experiments/throughput_one_agent.py --checkout experiments/peers/purejaxrl --repeats 3
+    python experiments/throughput_one_agent.py --checkout experiments/peers/purejaxrl --seeds 2108 2109 2110 2111
 
-Cases (``--cases``, default all), each the same config on both sides, one seed:
+Cases (``--cases``, default all), each the same config on both sides, on the same seeds (``--seeds``;
+each seed is one process a side, ``--repeats`` times):
 
 * ``cartpole_4``, ``cartpole_64``, ``cartpole_512``: PureJaxRL's CartPole config (``ppo.py``'s own:
   128 steps, 5e5 env steps, 4 epochs x 4 minibatches, lr 2.5e-4 annealed, tanh 64x64) at 4, 64 and 512
@@ -25,6 +26,12 @@ episodes that ended in the last 5% of updates (ours: ``return_mean`` weighted by
 ``metrics.csv``; theirs: ``returned_episode_returns`` where ``returned_episode``); ours also reports
 its deterministic 16-episode evaluation.
 
+Seeds: PureJaxRL's key is ``jax.random.PRNGKey(seed)``, ours ``seed=<seed>``; the two sides' runs of one
+seed are different draws (different key uses), so returns are compared as distributions over the seeds:
+mean and IQM with 95% bootstrap CIs (purejaxrl_opt/host/stats.py) and the probability that a seed of
+ours beats a seed of theirs. Env steps/s: the median over all of a side's processes (every seed and
+repeat; the rate does not depend on the seed beyond noise).
+
 On a shared machine a timing counts only when the 1-minute load average was below ``--max-load``
 when it started: each measurement waits (up to ``--wait-s``) for that, and records the load before
 and after. Writes ``--out``/results.json and results.md (commit and command: experiments/provenance.py).
@@ -43,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import provenance
@@ -124,39 +132,79 @@ def run_peer(args_peer: list[str], checkout: str, work: Path, seed: int) -> dict
         "command": "python " + " ".join(cmd[1:])}
 
 
+def per_seed(rows: list[dict], key: str) -> dict[int, float]:
+    """``{seed: median of key over that seed's repeats}`` (a seed's repeats train the same numbers)."""
+    seeds = sorted({m["seed"] for m in rows})
+    return {seed: statistics.median(m[key] for m in rows if m["seed"] == seed) for seed in seeds}
+
+
 def summarise(measurements: list[dict]) -> dict:
-    """Medians of each side's timings (all repeats, and those that started quiet) and the ratios."""
+    """Medians of each side's timings (all processes, and those that started quiet) and the ratios; each
+    side's final returns per seed, their mean and IQM with 95% bootstrap CIs, and the probability that
+    a seed of ours ends above a seed of theirs (ties one half)."""
+    from purejaxrl_opt.host.stats import probability_of_improvement_ci, stratified_bootstrap_ci
+
     out = {}
     for side in ("ours", "purejaxrl"):
         rows = [m for m in measurements if m["side"] == side]
         quiet = [m for m in rows if m["quiet"]]
         use = quiet or rows
+        returns = per_seed(rows, "final_return")
+        values = list(returns.values())
         out[side] = {"repeats": len(rows), "quiet_repeats": len(quiet),
                      "env_steps_per_s": statistics.median(m["env_steps_per_s"] for m in use),
                      "compile_s": statistics.median(m["compile_s"] for m in use),
-                     "final_return": statistics.median(m["final_return"] for m in rows)}
+                     "final_returns": {str(seed): value for seed, value in returns.items()},
+                     "final_return": statistics.fmean(values),
+                     "final_return_mean_ci": asdict(stratified_bootstrap_ci(values, "mean")),
+                     "final_return_iqm_ci": asdict(stratified_bootstrap_ci(values, "iqm"))}
         if side == "ours":
-            out[side]["eval_return"] = statistics.median(m["eval_return"] for m in rows)
+            out[side]["eval_returns"] = {str(seed): value for seed, value in per_seed(rows, "eval_return").items()}
     out["speed_ratio"] = out["ours"]["env_steps_per_s"] / out["purejaxrl"]["env_steps_per_s"]
     out["compile_ratio"] = out["ours"]["compile_s"] / out["purejaxrl"]["compile_s"]
+    out["probability_ours_higher"] = asdict(probability_of_improvement_ci(
+        list(out["ours"]["final_returns"].values()), list(out["purejaxrl"]["final_returns"].values())))
     return out
+
+
+def _ci(summary: dict, key: str) -> str:
+    ci = summary[key]
+    return f"{ci['value']:.1f} [{ci['low']:.1f}, {ci['high']:.1f}]"
 
 
 def markdown(record: dict) -> str:
     lines = ["# One agent: ours vs PureJaxRL's ppo.py (CPU)", "",
-             f"{record['machine_text']}; {record['repeats']} interleaved repeats per side; a timing counts when "
-             f"the 1-minute load average was below {record['max_load']} as it started (else all repeats, "
-             "marked). Final return: mean return of the episodes that ended in the last 5% of updates.", "",
+             f"{record['machine_text']}; seeds {_seeds_text(record['seeds'])}, each {record['repeats']} time(s) a side, "
+             "one process each, the sides interleaved; env steps/s and compile s: medians over a side's processes, "
+             f"a timing counting when the 1-minute load average was below {record['max_load']} as it started "
+             "(else all of them). Final return of a seed: mean return of the episodes that ended in the last 5% "
+             "of updates; over seeds: mean and IQM [95% bootstrap CI]; P(ours > theirs): the probability that "
+             "a seed of ours ends above a seed of theirs [95% CI].", "",
              "| case | ours env steps/s | PureJaxRL env steps/s | ratio | ours compile s | PureJaxRL compile s "
-             "| compile ratio | ours return | PureJaxRL return | quiet repeats (ours/theirs) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| compile ratio | ours return, mean | PureJaxRL return, mean | ours IQM | PureJaxRL IQM "
+             "| P(ours > theirs) | quiet (ours/theirs) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for case, s in record["summary"].items():
         o, p = s["ours"], s["purejaxrl"]
+        poi = s["probability_ours_higher"]
         lines.append(f"| {case} | {o['env_steps_per_s']:,.0f} | {p['env_steps_per_s']:,.0f} | {s['speed_ratio']:.2f}x "
                      f"| {o['compile_s']:.2f} | {p['compile_s']:.2f} | {s['compile_ratio']:.2f}x "
-                     f"| {o['final_return']:.1f} | {p['final_return']:.1f} | {o['quiet_repeats']}/{p['quiet_repeats']} |")
+                     f"| {_ci(o, 'final_return_mean_ci')} | {_ci(p, 'final_return_mean_ci')} "
+                     f"| {_ci(o, 'final_return_iqm_ci')} | {_ci(p, 'final_return_iqm_ci')} "
+                     f"| {poi['value']:.2f} [{poi['low']:.2f}, {poi['high']:.2f}] "
+                     f"| {o['quiet_repeats']}/{o['repeats']}, {p['quiet_repeats']}/{p['repeats']} |")
+    lines += ["", "Per seed (ours; PureJaxRL):", ""]
+    for case, s in record["summary"].items():
+        ours = ", ".join(f"{v:.1f}" for v in s["ours"]["final_returns"].values())
+        theirs = ", ".join(f"{v:.1f}" for v in s["purejaxrl"]["final_returns"].values())
+        lines.append(f"- {case}: {ours}; {theirs}")
     lines += ["", f"Load average (1, 5, 15 min) before: {record['load_avg_before']}, after: {record['load_avg_after']}."]
     return "\n".join(lines)
+
+
+def _seeds_text(seeds: list[int]) -> str:
+    contiguous = seeds == list(range(seeds[0], seeds[0] + len(seeds)))
+    return f"{seeds[0]}-{seeds[-1]}" if contiguous and len(seeds) > 1 else ", ".join(map(str, seeds))
 
 
 def main(argv=None) -> int:
@@ -164,8 +212,9 @@ def main(argv=None) -> int:
     parser.add_argument("--checkout", default=str(ROOT / "experiments/peers/purejaxrl"),
                         help="PureJaxRL checkout (experiments/peer_purejaxrl.py says how to get it)")
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=1, help="processes per seed and side")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0],
+                        help="one run per seed and side (ours seed=<s>, theirs PRNGKey(s)); experiments/SEEDS.md")
     parser.add_argument("--minatar-steps", type=int, default=1_048_576)
     parser.add_argument("--max-load", type=float, default=1.5)
     parser.add_argument("--wait-s", type=float, default=600.0, help="longest wait for a quiet machine per measurement")
@@ -174,7 +223,9 @@ def main(argv=None) -> int:
     ppo_file(args.checkout)  # refuses before anything runs when the checkout is missing
     if args.repeats < 1:
         raise SystemExit(f"--repeats {args.repeats}: must be >= 1")
-    record = {"cases": args.cases, "repeats": args.repeats, "seed": args.seed, "max_load": args.max_load,
+    if len(set(args.seeds)) != len(args.seeds):
+        raise SystemExit(f"--seeds {args.seeds}: each seed once (--repeats runs a seed again)")
+    record = {"cases": args.cases, "repeats": args.repeats, "seeds": args.seeds, "max_load": args.max_load,
               "minatar_steps": args.minatar_steps, "machine": provenance.machine(),
               "load_avg_before": provenance.load_average(), "measurements": {}, "summary": {}}
     from purejaxrl_opt.host.suites import describe_machine
@@ -185,17 +236,18 @@ def main(argv=None) -> int:
             ours_overrides, peer_args = case_setup(case, args.minatar_steps)
             rows = record["measurements"][case] = []
             for repeat in range(args.repeats):
-                for side in ("ours", "purejaxrl"):
-                    load, quiet = wait_for_quiet(args.max_load, args.wait_s)
-                    work = Path(tmp) / f"{case}_{side}_{repeat}"
-                    work.mkdir()
-                    result = (run_ours(ours_overrides, work, args.seed) if side == "ours"
-                              else run_peer(peer_args, args.checkout, work, args.seed))
-                    rows.append({"side": side, "repeat": repeat, "quiet": quiet, "load_avg_before": load,
-                                 "load_avg_after": provenance.load_average(), **result})
-                    print(f"{case} {side} #{repeat}: {result['env_steps_per_s']:,.0f} env steps/s, compile "
-                          f"{result['compile_s']:.2f} s, return {result['final_return']:.1f} (load {load[0]})",
-                          flush=True)
+                for seed in args.seeds:
+                    for side in ("ours", "purejaxrl"):
+                        load, quiet = wait_for_quiet(args.max_load, args.wait_s)
+                        work = Path(tmp) / f"{case}_{side}_{seed}_{repeat}"
+                        work.mkdir()
+                        result = (run_ours(ours_overrides, work, seed) if side == "ours"
+                                  else run_peer(peer_args, args.checkout, work, seed))
+                        rows.append({"side": side, "seed": seed, "repeat": repeat, "quiet": quiet,
+                                     "load_avg_before": load, "load_avg_after": provenance.load_average(), **result})
+                        print(f"{case} {side} seed {seed} #{repeat}: {result['env_steps_per_s']:,.0f} env steps/s, "
+                              f"compile {result['compile_s']:.2f} s, return {result['final_return']:.1f} "
+                              f"(load {load[0]})", flush=True)
             record["summary"][case] = summarise(rows)
     record["load_avg_after"] = provenance.load_average()
     out = Path(args.out)
