@@ -309,7 +309,7 @@ def test_adam_eps_enters_the_first_step_as_by_hand():
     (["network.init=xavier"], "'network.init' = 'xavier' is invalid: must be one of ['orthogonal', 'lecun_uniform']"),
     (["env=Addition-v0", "network=transformer", "network.init=lecun_uniform"],
      "'network.init' = 'lecun_uniform' is invalid: must be orthogonal with network.kind=transformer"),
-    (["algo.adam_eps=0"], "'ppo.adam_eps' = 0.0 is invalid: must be > 0"),
+    (["algo.adam_eps=0"], "'algo.adam_eps' = 0.0 is invalid: must be > 0"),
     (["env.obs_norm_style=acme"], "'env.obs_norm_style' = 'acme' is invalid: must be one of ['project', 'brax']"),
     (["env.obs_norm_style=brax"], "'env.obs_norm_style' = 'brax' is invalid: must be 'project' with "
                                   "env.normalize_obs=false"),

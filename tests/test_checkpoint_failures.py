@@ -255,7 +255,7 @@ def test_refusals_write_nothing(tmp_path):
     missing = tmp_path / "new" / "run"
     done, _ = cli([*RUN, "algo.num_minibatches=3", f"hydra.run.dir={missing}"])
     assert done.returncode == 2
-    one_error_line(done, "purejaxrl_opt: configuration error: config key 'ppo.num_minibatches'")
+    one_error_line(done, "purejaxrl_opt: configuration error: config key 'algo.num_minibatches'")
     assert not missing.exists() and not missing.parent.exists()
 
     (tmp_path / "a_file").write_text("")

@@ -15,12 +15,12 @@ from tests import cli_lifecycle
 
 
 @pytest.mark.parametrize("override, fragment", [
-    ("algo.num_minibatches=3", "'ppo.num_minibatches' = 3"),
+    ("algo.num_minibatches=3", "'algo.num_minibatches' = 3"),
     ("total_timesteps=100", "'total_timesteps' = 100"),
-    ("algo.lr=fast", "'ppo.lr' = 'fast'"),
-    ("algo.clip_eps=-0.1", "'ppo.clip_eps' = -0.1"),
-    ("algo.anneal_lr=1", "'ppo.anneal_lr' = 1"),
-    ("+algo.not_a_key=1", "unknown config key 'ppo.not_a_key'"),
+    ("algo.lr=fast", "'algo.lr' = 'fast'"),
+    ("algo.clip_eps=-0.1", "'algo.clip_eps' = -0.1"),
+    ("algo.anneal_lr=1", "'algo.anneal_lr' = 1"),
+    ("+algo.not_a_key=1", "unknown config key 'algo.not_a_key'"),
     ("network.activation=softsign", "'network.activation' = 'softsign'"),
     ("progress.mode=loud", "'progress.mode' = 'loud'"),
 ])

@@ -393,7 +393,7 @@ def test_grpo_same_start_groups_need_a_keyed_reset():
 
     run = RunConfig(algo=GRPOConfig(), env=EnvConfig(id="CartPole-v1"))
     algos.check_env_fit(run, _spec(keyed_reset=True))
-    with pytest.raises(ConfigError, match="'grpo.grouping' = 'same_start' is invalid on lib/Masked-v0"):
+    with pytest.raises(ConfigError, match="'algo.grouping' = 'same_start' is invalid on lib/Masked-v0"):
         algos.check_env_fit(run, _spec(keyed_reset=False))
     unrelated = RunConfig(algo=GRPOConfig(grouping="unrelated"), env=EnvConfig(id="CartPole-v1"))
     algos.check_env_fit(unrelated, _spec(keyed_reset=False))

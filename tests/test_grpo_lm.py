@@ -207,13 +207,13 @@ def test_the_cli_path_exits_1_naming_a_failing_reward_function(tmp_path, capsys)
 
 @pytest.mark.parametrize("override,key", [
     ("lm.micro_batch_size=3", r"lm\.micro_batch_size"),
-    ("algo.num_minibatches=3", r"grpo\.num_minibatches"),
-    ("algo.grouping=unrelated", r"grpo\.grouping"),
+    ("algo.num_minibatches=3", r"algo\.num_minibatches"),
+    ("algo.grouping=unrelated", r"algo\.grouping"),
     ("num_seeds=2", r"num_seeds"),
     ("model.lora_targets=[q,qq]", r"model\.lora_targets"),
     ("model.dtype=float16", r"model\.dtype"),
     ("+lm.steps=3", r"lm\.steps"),
-    ("algo.overlong_buffer=4", r"grpo\.overlong_buffer"),
+    ("algo.overlong_buffer=4", r"algo\.overlong_buffer"),
     ("algo.loss_type=dapo", None),
 ])
 def test_config_errors_name_the_key(override, key):

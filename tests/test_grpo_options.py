@@ -176,15 +176,15 @@ def _run(env_id="CartPole-v1", **algo):
 
 
 @pytest.mark.parametrize("algo, needle", [
-    ({"loss_type": "ppo"}, r"grpo\.loss_type.*'grpo', 'bnpo', 'dr_grpo', 'dapo'"),
-    ({"loss_type": "grpo", "loss_norm": "token"}, r"grpo\.loss_norm.*loss_type=grpo"),
-    ({"importance_sampling_level": "episode"}, r"grpo\.importance_sampling_level.*'token', 'sequence'"),
-    ({"delta": 1.1}, r"grpo\.delta.*> 1 \+ max\(epsilon, epsilon_high\) = 1\.2"),
-    ({"delta": 1.25, "epsilon_high": 0.28}, r"grpo\.delta.*1\.28"),
-    ({"dynamic_sampling_oversample": 0}, r"grpo\.dynamic_sampling_oversample.*>= 1"),
-    ({"mask_truncated_completions": True}, r"grpo\.mask_truncated_completions.*token env"),
-    ({"overlong_buffer": 2}, r"grpo\.overlong_buffer.*token env"),
-    ({"overlong_penalty": -1.0}, r"grpo\.overlong_penalty"),
+    ({"loss_type": "ppo"}, r"algo\.loss_type.*'grpo', 'bnpo', 'dr_grpo', 'dapo'"),
+    ({"loss_type": "grpo", "loss_norm": "token"}, r"algo\.loss_norm.*loss_type=grpo"),
+    ({"importance_sampling_level": "episode"}, r"algo\.importance_sampling_level.*'token', 'sequence'"),
+    ({"delta": 1.1}, r"algo\.delta.*> 1 \+ max\(epsilon, epsilon_high\) = 1\.2"),
+    ({"delta": 1.25, "epsilon_high": 0.28}, r"algo\.delta.*1\.28"),
+    ({"dynamic_sampling_oversample": 0}, r"algo\.dynamic_sampling_oversample.*>= 1"),
+    ({"mask_truncated_completions": True}, r"algo\.mask_truncated_completions.*token env"),
+    ({"overlong_buffer": 2}, r"algo\.overlong_buffer.*token env"),
+    ({"overlong_penalty": -1.0}, r"algo\.overlong_penalty"),
 ])
 def test_bad_options_are_refused_naming_the_key(algo, needle):
     with pytest.raises(ConfigError, match=needle):
@@ -194,7 +194,7 @@ def test_bad_options_are_refused_naming_the_key(algo, needle):
 def test_overlong_buffer_must_be_below_the_answer_limit():
     run = _run("Addition-v0", overlong_buffer=4)  # 1-2 digit addition: answers of up to 4 tokens
     run.validate()
-    with pytest.raises(ConfigError, match=r"grpo\.overlong_buffer.*below the answer limit 4"):
+    with pytest.raises(ConfigError, match=r"algo\.overlong_buffer.*below the answer limit 4"):
         algos.make_algorithm(run)
 
 

@@ -88,10 +88,10 @@ def test_a_resumed_ppo_run_is_bitwise_the_uninterrupted_run(ppo_run, tmp_path, c
 
 
 @pytest.mark.parametrize("override, fragment", [
-    ("algo.num_envs=8", "ppo.num_envs' = 8 is invalid: must be left at its default 4"),
+    ("algo.num_envs=8", "algo.num_envs' = 8 is invalid: must be left at its default 4"),
     ("algo.normalize_advantages=false", "algo.whiten_advantages"),
-    ("algo.num_minibatches=3", "ppo.num_minibatches' = 3"),
-    ("algo.kl_coef=-1", "ppo.kl_coef"),
+    ("algo.num_minibatches=3", "algo.num_minibatches' = 3"),
+    ("algo.kl_coef=-1", "algo.kl_coef"),
 ])
 def test_a_ppo_key_that_does_not_apply_is_refused_naming_it(override, fragment):
     from purejaxrl_opt.config.errors import ConfigError

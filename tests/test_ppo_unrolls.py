@@ -294,13 +294,13 @@ def test_unroll_loss_and_its_gradient_equal_brax_compute_ppo_loss(discrete, clip
 # --------------------------------------------------------------------------- config and training
 @pytest.mark.parametrize("algo, network, words", [
     (PPOConfig(num_steps=128, unroll_length=48), None,
-     "'ppo.unroll_length' = 48 is invalid: must be 0 (= num_steps) or a divisor of ppo.num_steps = 128: "
+     "'algo.unroll_length' = 48 is invalid: must be 0 (= num_steps) or a divisor of algo.num_steps = 128: "
      "one of [0, 1, 2, 4, 8, 16, 32, 64, 128]"),
-    (TRPOConfig(num_steps=64, unroll_length=-1), None, "'trpo.unroll_length' = -1"),
+    (TRPOConfig(num_steps=64, unroll_length=-1), None, "'algo.unroll_length' = -1"),
     (PPOConfig(num_envs=4, num_steps=64, unroll_length=32, recompute_advantages=True, num_minibatches=16), None,
-     "'ppo.num_minibatches' = 16 is invalid: must be a divisor of the 8 unrolls"),
+     "'algo.num_minibatches' = 16 is invalid: must be a divisor of the 8 unrolls"),
     (PPOConfig(recompute_advantages=True), NetworkConfig(recurrent="gru"),
-     "'ppo.recompute_advantages' = True is invalid: must be false with network.recurrent=gru"),
+     "'algo.recompute_advantages' = True is invalid: must be false with network.recurrent=gru"),
 ])
 def test_bad_unroll_settings_are_config_errors(algo, network, words):
     with pytest.raises(ConfigError) as error:

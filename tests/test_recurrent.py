@@ -331,10 +331,10 @@ def test_recurrent_config_is_checked_before_compiling():
     with pytest.raises(ConfigError, match="network.recurrent"):
         from_dictconfig({"algo": {"name": "grpo"}, "env": {"id": "CartPole-v1"},
                          "network": {"kind": "transformer", "recurrent": "gru"}})
-    with pytest.raises(ConfigError, match=r"ppo.num_minibatches.*whole env sequences"):
+    with pytest.raises(ConfigError, match=r"algo.num_minibatches.*whole env sequences"):
         from_dictconfig({"algo": {"name": "ppo", "num_envs": 6, "num_minibatches": 4},
                          "env": {"id": "CartPole-v1"}, "network": {"recurrent": "gru"}})
-    with pytest.raises(ConfigError, match=r"trpo.critic_minibatches.*whole env sequences"):
+    with pytest.raises(ConfigError, match=r"algo.critic_minibatches.*whole env sequences"):
         from_dictconfig({"algo": {"name": "trpo", "num_envs": 6, "critic_minibatches": 4},
                          "env": {"id": "CartPole-v1"}, "network": {"recurrent": "lstm"}})
 

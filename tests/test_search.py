@@ -99,7 +99,7 @@ def test_samplers_are_selectable_and_ask_tell_runs(sampler, cls):
     ({"algo.num_envs": "choice(4, 8)"}, 4, "'algo.num_envs' cannot be batched"),
     ({"algo.gamma": "interval(0.9, 1.2)"}, 4, "search range of 'algo.gamma' reaches 1.2"),
     ({"algo.gamma": "interval(0.9, 1.2)"}, 1, "search range of 'algo.gamma' reaches 1.2"),
-    ({"algo.lr": "interval(-1e-3, 1e-3)"}, 1, "'ppo.lr' = -0.001 is invalid"),
+    ({"algo.lr": "interval(-1e-3, 1e-3)"}, 1, "'algo.lr' = -0.001 is invalid"),
 ])
 def test_bad_keys_and_ranges_are_config_errors_naming_the_key(ranges, batch, fragment):
     from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides

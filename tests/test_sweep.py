@@ -63,7 +63,7 @@ def test_grid_zip_and_random_plans(base_run):
     ({"vmap": {"algo.num_envs": [2, 4]}}, "Hydra multirun"),
     ({"vmap": {"network.hidden_sizes": [[32]]}}, "Hydra multirun"),
     ({"vmap": {"env.id": ["Acrobot-v1"]}}, "Hydra multirun"),
-    ({"vmap": {"algo.lr": [1e-3, -1.0]}}, "'ppo.lr' = -1.0"),
+    ({"vmap": {"algo.lr": [1e-3, -1.0]}}, "'algo.lr' = -1.0"),
     ({"vmap": {"algo.lr": ["fast"]}}, "finite number"),
     ({"vmap": {"algo.lr": [1e-3], "algo.gamma": [0.9, 0.99]}, "mode": "zip"}, "equal length"),
     ({"vmap": {"algo.lr": [1e-3]}, "mode": "cube"}, "'sweep.mode'"),

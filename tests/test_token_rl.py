@@ -256,10 +256,10 @@ def test_transformer_needs_a_token_env_and_trpo_refuses_token_envs():
         make_algorithm(run)
     with pytest.raises(ConfigError, match="algo.name"):
         make_algorithm(token_run(TRPOConfig()))
-    with pytest.raises(ConfigError, match="ppo.num_steps"):
+    with pytest.raises(ConfigError, match="algo.num_steps"):
         make_algorithm(token_run(PPOConfig(num_steps=8)))
     for options in ({"unroll_length": 1}, {"recompute_advantages": True, "num_minibatches": 1}):
-        with pytest.raises(ConfigError, match=f"ppo.{next(iter(options))}.*whole answers"):
+        with pytest.raises(ConfigError, match=f"algo.{next(iter(options))}.*whole answers"):
             make_algorithm(token_run(PPOConfig(num_steps=3, **options)))
 
 

@@ -92,13 +92,13 @@ def check_grpo_for_lm(algo: AlgoConfig, lm: LMTrainConfig) -> None:
                      ("loss_block_steps", "it concerns gymnax envs"),
                      ("check_every", "the length is lm.num_updates, run from the host")):
         value = getattr(algo, key)
-        _check(value == getattr(defaults, key), f"grpo.{key}", value,
+        _check(value == getattr(defaults, key), f"algo.{key}", value,
                f"left at its default {getattr(defaults, key)!r} on a language-model run ({why})")
-    _check(algo.overlong_buffer < lm.max_new_tokens, "grpo.overlong_buffer", algo.overlong_buffer,
+    _check(algo.overlong_buffer < lm.max_new_tokens, "algo.overlong_buffer", algo.overlong_buffer,
            f"0 (off) or below the completion limit lm.max_new_tokens = {lm.max_new_tokens}")
     episodes = algo.num_groups * algo.group_size
     minibatch = episodes // algo.num_minibatches
-    _check(episodes % algo.num_minibatches == 0, "grpo.num_minibatches", algo.num_minibatches,
+    _check(episodes % algo.num_minibatches == 0, "algo.num_minibatches", algo.num_minibatches,
            f"a divisor of num_groups * group_size = {episodes}")
     micro = lm.micro_batch_size or minibatch
     _check(minibatch % micro == 0, "lm.micro_batch_size", lm.micro_batch_size,

@@ -264,7 +264,7 @@ class ActorCriticConfig(AlgoConfig):
                f"0 (= num_steps) or a divisor of {prefix}.num_steps = {self.num_steps}: one of "
                f"{[0] + [d for d in range(1, self.num_steps + 1) if self.num_steps % d == 0]}")
         _check(run.total_timesteps >= self.batch_env_steps(), "total_timesteps", run.total_timesteps,
-               f">= one update's batch, {self.name}.num_envs * num_steps = {self.batch_env_steps()}")
+               f">= one update's batch, algo.num_envs * num_steps = {self.batch_env_steps()}")
 
 
 # algo.name -> the module of that algorithm (purejaxrl_opt/core/algos/<name>.py), which defines its config
@@ -340,7 +340,7 @@ class RunConfig:
                f"false for {self.algo.name} (a trunk shared by actor and critic is trained by one loss: PPO "
                "only; TRPO steps the policy alone by its natural gradient and fits the critic apart, GRPO has "
                "no critic)")
-        self.algo.validate(self.algo.name, self)
+        self.algo.validate("algo", self)  # the key as the user writes it: algo.<key>
 
 
 def parse_section(cls: type, section: Mapping[str, Any] | None, name: str):
@@ -437,7 +437,7 @@ def from_dictconfig(cfg: Any) -> RunConfig:
             raise ConfigError(f"config section '{section}' is missing; choose one with {section}=NAME")
     algo_raw = dict(raw["algo"])
     name = algo_raw.get("name")
-    algo = build_section(algo_config(name), algo_raw, name)
+    algo = build_section(algo_config(name), algo_raw, "algo")
     env = build_section(EnvConfig, raw["env"], "env")
     network = build_section(NetworkConfig, raw.get("network", {}), "network")
     top_fields = {f.name: f for f in dataclasses.fields(RunConfig)}

@@ -131,7 +131,7 @@ def make_layout(settings: ParallelConfig, run, num_lanes: int, devices=None) -> 
                               f"mode yet (supported: {sorted(DATA_PARALLEL)})")
         num_envs = run.algo.num_envs
         if num_envs % data:
-            raise ConfigError(f"parallel.data = {data} does not divide {run.algo.name}.num_envs = "
+            raise ConfigError(f"parallel.data = {data} does not divide algo.num_envs = "
                               f"{num_envs}; use num_envs in {_divisors_hint(data)}, ... or another "
                               "parallel.data")
         local_batch = num_envs // data * run.algo.num_steps
@@ -140,20 +140,20 @@ def make_layout(settings: ParallelConfig, run, num_lanes: int, devices=None) -> 
             if minibatches and local_batch % minibatches:
                 raise ConfigError(f"parallel.data = {data}: the per-device batch "
                                   f"num_envs/data*num_steps = {local_batch} is not divisible by "
-                                  f"{run.algo.name}.{field} = {minibatches}")
+                                  f"algo.{field} = {minibatches}")
             # recurrent networks: a minibatch is whole env sequences, cut from each device's own envs
             if minibatches and run.network.is_recurrent and (num_envs // data) % minibatches:
                 raise ConfigError(f"parallel.data = {data} with network.recurrent={run.network.recurrent}: "
                                   f"each device's num_envs/data = {num_envs // data} envs are cut into "
-                                  f"{run.algo.name}.{field} = {minibatches} minibatches of whole env "
+                                  f"algo.{field} = {minibatches} minibatches of whole env "
                                   f"sequences, so {field} must divide {num_envs // data}")
         # algo.recompute_advantages: a minibatch is whole unrolls, cut from each device's own envs
         if getattr(run.algo, "recompute_advantages", False):
             local_unrolls = local_batch // run.algo.unroll_steps()
             if local_unrolls % run.algo.num_minibatches:
-                raise ConfigError(f"parallel.data = {data} with {run.algo.name}.recompute_advantages=true: "
+                raise ConfigError(f"parallel.data = {data} with algo.recompute_advantages=true: "
                                   f"each device's num_envs/data*num_steps/unroll_length = {local_unrolls} "
-                                  f"unrolls are cut into {run.algo.name}.num_minibatches = "
+                                  f"unrolls are cut into algo.num_minibatches = "
                                   f"{run.algo.num_minibatches} minibatches of whole unrolls, so "
                                   f"num_minibatches must divide {local_unrolls}")
     rows = lane_rows(num_lanes, n // data) if settings.lanes == "auto" else 1

@@ -82,9 +82,9 @@ def check_env_fit(run: RunConfig, spec) -> None:
                           "normalising would destroy; must be false")
     if (run.algo.name == "grpo" and getattr(run.algo, "grouping", None) == "same_start"
             and not spec.keyed_reset):
-        raise ConfigError(f"config key 'grpo.grouping' = 'same_start' is invalid on {spec.env_id}: its "
+        raise ConfigError(f"config key 'algo.grouping' = 'same_start' is invalid on {spec.env_id}: its "
                           "reset is not determined by the key (keyed_reset = False), so a group cannot "
-                          "share a start state; use grpo.grouping=unrelated")
+                          "share a start state; use algo.grouping=unrelated")
     if spec.vocab is not None:
         if run.algo.name not in TOKEN_ALGOS:
             raise ConfigError(f"config key 'algo.name' = {run.algo.name!r} is invalid on the token env "

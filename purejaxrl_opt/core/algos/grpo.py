@@ -188,7 +188,7 @@ class GRPOConfig(AlgoConfig):
     def rollout_length(self, episode_limit: int) -> int:
         """``T``: ``max_episode_steps``, else the env's own episode limit."""
         length = self.max_episode_steps or episode_limit
-        _check(length > 0, f"{self.name}.max_episode_steps", self.max_episode_steps,
+        _check(length > 0, f"algo.max_episode_steps", self.max_episode_steps,
                "> 0 on an env without an episode limit (GRPO rolls whole episodes without auto-reset)")
         return length
 
@@ -420,7 +420,7 @@ def reference_log_probs(policy: Policy, dist, state: GRPOState, obs, action) -> 
 def episode_limit(cfg: GRPOConfig, spec: EnvSpec) -> int:
     """Rollout length ``T``: ``max_episode_steps``, else the env's own episode limit."""
     if cfg.max_episode_steps <= 0 and spec.max_steps <= 0:
-        raise ConfigError(f"{spec.env_id} has no episode limit: set grpo.max_episode_steps > 0 "
+        raise ConfigError(f"{spec.env_id} has no episode limit: set algo.max_episode_steps > 0 "
                           "(GRPO rolls whole episodes without auto-reset)")
     return cfg.rollout_length(spec.max_steps)
 
@@ -430,7 +430,7 @@ def check_static(run: RunConfig, spec: EnvSpec) -> int:
     cfg: GRPOConfig = run.algo
     num_steps = episode_limit(cfg, spec)
     if cfg.overlong_buffer >= num_steps:
-        raise ConfigError(f"config key 'grpo.overlong_buffer' = {cfg.overlong_buffer} is invalid on "
+        raise ConfigError(f"config key 'algo.overlong_buffer' = {cfg.overlong_buffer} is invalid on "
                           f"{spec.env_id}: must be 0 (off) or below the answer limit {num_steps}")
     episodes = cfg.num_sampled_groups * cfg.group_size
     needed = buffer_bytes(run.num_seeds, episodes, num_steps, spec.obs_shape, spec.num_actions,
@@ -439,9 +439,9 @@ def check_static(run: RunConfig, spec: EnvSpec) -> int:
         raise ConfigError(
             f"GRPO on {spec.env_id} rolls whole episodes of up to {num_steps} steps: "
             f"{run.num_seeds} seed(s) x {episodes} episodes x {num_steps} "
-            f"steps x obs {spec.obs_shape} need about {needed:.1f} GB, over grpo.max_memory_gb = "
+            f"steps x obs {spec.obs_shape} need about {needed:.1f} GB, over algo.max_memory_gb = "
             f"{cfg.max_memory_gb}. Lower num_groups/group_size/dynamic_sampling_oversample/num_seeds, "
-            f"set grpo.max_episode_steps, or raise grpo.max_memory_gb")
+            f"set algo.max_episode_steps, or raise algo.max_memory_gb")
     return num_steps
 
 

@@ -89,18 +89,18 @@ def make_algorithm(run: RunConfig, env, env_params, spec) -> Algorithm:
     num_steps = spec.max_steps
     if cfg.num_steps != num_steps:
         raise ConfigError(
-            f"config key 'ppo.num_steps' = {cfg.num_steps} is invalid on {spec.env_id}: PPO on a token "
+            f"config key 'algo.num_steps' = {cfg.num_steps} is invalid on {spec.env_id}: PPO on a token "
             f"env rolls exactly one answer per env per update, so it must be the answer limit "
-            f"{num_steps} (set ppo.num_steps={num_steps})")
+            f"{num_steps} (set algo.num_steps={num_steps})")
     if cfg.num_envs % cfg.num_minibatches:
-        raise ConfigError(f"config key 'ppo.num_minibatches' = {cfg.num_minibatches} is invalid on "
-                          f"{spec.env_id}: must divide ppo.num_envs = {cfg.num_envs} (minibatches "
+        raise ConfigError(f"config key 'algo.num_minibatches' = {cfg.num_minibatches} is invalid on "
+                          f"{spec.env_id}: must divide algo.num_envs = {cfg.num_envs} (minibatches "
                           "hold whole answers)")
     # Brax PPO's unrolls cut env rollouts; here one rollout is one whole answer
     for key, given, default in (("unroll_length", cfg.unroll_length, 0),
                                 ("recompute_advantages", cfg.recompute_advantages, False)):
         if given != default:
-            raise ConfigError(f"config key 'ppo.{key}' = {given!r} is invalid on {spec.env_id}: PPO on a token "
+            raise ConfigError(f"config key 'algo.{key}' = {given!r} is invalid on {spec.env_id}: PPO on a token "
                               f"env computes GAE over whole answers, so it must be {default!r}")
     dist = for_spec(spec.discrete)
     policy, value = make_policy(spec, run.network), make_value(spec, run.network)

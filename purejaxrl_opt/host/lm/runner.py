@@ -115,8 +115,8 @@ def parse_settings(cfg) -> LMSettings:
     model = parse_section(ModelConfig, raw.get("model"), "model")
     lm = parse_section(LMTrainConfig, raw.get("lm"), "lm")
     if algo_raw["name"] == "grpo":
-        algo = build_section(GRPOConfig, algo_raw, "grpo")
-        algo.validate("grpo", RunConfig(algo=algo, env=env))
+        algo = build_section(GRPOConfig, algo_raw, "algo")
+        algo.validate("algo", RunConfig(algo=algo, env=env))
         check_grpo_for_lm(algo, lm)
     else:
         algo = ppo_config(algo_raw, lm)
@@ -173,15 +173,15 @@ def ppo_config(algo_raw: dict, lm: LMTrainConfig) -> PPOLMConfig:
         if key in fields or key == "name":
             continue
         if key not in env_defaults:
-            raise ConfigError(f"unknown config key 'ppo.{key}'; allowed keys of PPO on a language model: "
+            raise ConfigError(f"unknown config key 'algo.{key}'; allowed keys of PPO on a language model: "
                               f"{sorted(fields)}")
         hint = ("; the advantages are whitened by algo.whiten_advantages" if key == "normalize_advantages"
                 else "; the batch is algo.num_prompts x algo.group_size completions")
-        _check(value == env_defaults[key], f"ppo.{key}", value,
+        _check(value == env_defaults[key], f"algo.{key}", value,
                f"left at its default {env_defaults[key]!r} on a language-model run (it concerns "
                f"environments{hint})")
-    algo = build_section(PPOLMConfig, {k: v for k, v in algo_raw.items() if k in fields}, "ppo")
-    algo.validate(lm, "ppo")
+    algo = build_section(PPOLMConfig, {k: v for k, v in algo_raw.items() if k in fields}, "algo")
+    algo.validate(lm, "algo")
     return algo
 
 
