@@ -105,7 +105,7 @@ class Torso(nn.Module):
     activation: str
     cnn_channels: Sequence[int] = ()
     conv_impl: str = "auto"
-    init: str = "orthogonal"  # the dense layers' (network.init); conv layers stay orthogonal
+    dense_init: str = "orthogonal"  # network.init: the dense layers' kernels (conv layers stay orthogonal)
 
     @nn.compact
     def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
@@ -120,7 +120,7 @@ class Torso(nn.Module):
                                  name=f"Conv_{index}")(x))
         x = x.reshape((x.shape[0], int(np.prod(x.shape[1:]))))
         for size in self.hidden_sizes:
-            x = act(_dense(size, np.sqrt(2), self.init)(x))
+            x = act(_dense(size, np.sqrt(2), self.dense_init)(x))
         return x.reshape(batch_shape + (x.shape[-1],))
 
 
