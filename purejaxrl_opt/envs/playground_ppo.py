@@ -165,6 +165,10 @@ MAPPED: dict[str, Mapped] = {
 # key of its config says so). With a recurrent network (Brax has none) this is off: a recurrent critic
 # cannot score an unroll apart from the hidden state its env carried in, so GAE comes from the
 # rollout's values, still cut at every unroll (config/resolvers.py, feed_forward)
+# Two more things Brax always does are left ours on purpose: its lecun_uniform kernels and optax's Adam
+# eps 1e-8 (network.init=lecun_uniform, algo.adam_eps=1e-8 give them). On ReacherEasy, the task where
+# Brax led, they did not help on tuning seeds (suite reacher_brax_init), and turning them on here would
+# change every stored Playground figure.
 ALWAYS: dict[str, Any] = {"algo.recompute_advantages": f"${{{FEED_FORWARD}:${{network.recurrent}}}}"}
 
 IGNORED: dict[str, str] = {
