@@ -294,6 +294,32 @@ def test_adam_eps_enters_the_first_step_as_by_hand():
                                    rtol=1e-5)
 
 
+def test_reset_envs_every_starts_every_env_afresh_at_those_updates():
+    """``algo.reset_envs_every=N``: before every N-th update's rollout all envs restart (Brax's
+    num_resets_per_eval), so no finished episode is longer than N rollouts of ``num_steps``; without it,
+    CartPole's episodes run across rollouts. The option off is the program without it (same numbers)."""
+    from purejaxrl_opt.core import algos
+
+    def lengths(reset_every):
+        run = RunConfig(algo=PPOConfig(num_envs=8, num_steps=16, num_minibatches=2, update_epochs=1,
+                                       reset_envs_every=reset_every),
+                        env=EnvConfig(id="CartPole-v1"), total_timesteps=8 * 16 * 24)
+        run.validate()
+        out = jax.jit(algos.make_train(run))(jax.random.PRNGKey(5))
+        episodes, length = np.asarray(out.metrics["episodes"]), np.asarray(out.metrics["episode_length"])
+        return length[episodes > 0], out
+
+    never, plain = lengths(0)
+    assert never.max() > 16  # a rollout's finished episodes averaging more than a rollout: they spanned rollouts
+    for every in (1, 2):
+        cut, _ = lengths(every)
+        assert len(cut) > 0 and cut.max() <= 16 * every, (every, cut.max())
+    default = RunConfig(algo=PPOConfig(num_envs=8, num_steps=16, num_minibatches=2, update_epochs=1),
+                        env=EnvConfig(id="CartPole-v1"), total_timesteps=8 * 16 * 24)
+    same = jax.jit(algos.make_train(default))(jax.random.PRNGKey(5))
+    np.testing.assert_array_equal(np.asarray(same.metrics["policy_loss"]), np.asarray(plain.metrics["policy_loss"]))
+
+
 # ----------------------------------------------------------------------------- validation and the CLI
 @pytest.mark.parametrize("overrides, fragment", [
     (["network.action_dist=beta"], "'network.action_dist' = 'beta' is invalid: must be one of ['gaussian', "
@@ -309,6 +335,7 @@ def test_adam_eps_enters_the_first_step_as_by_hand():
     (["network.init=xavier"], "'network.init' = 'xavier' is invalid: must be one of ['orthogonal', 'lecun_uniform']"),
     (["env=Addition-v0", "network=transformer", "network.init=lecun_uniform"],
      "'network.init' = 'lecun_uniform' is invalid: must be orthogonal with network.kind=transformer"),
+    (["algo.reset_envs_every=-1"], "'algo.reset_envs_every' = -1 is invalid: must be >= 0"),
     (["algo.adam_eps=0"], "'algo.adam_eps' = 0.0 is invalid: must be > 0"),
     (["env.obs_norm_style=acme"], "'env.obs_norm_style' = 'acme' is invalid: must be one of ['project', 'brax']"),
     (["env.obs_norm_style=brax"], "'env.obs_norm_style' = 'brax' is invalid: must be 'project' with "

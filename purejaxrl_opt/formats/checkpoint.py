@@ -53,7 +53,7 @@ IMPLEMENTATION_KEYS = ("conv_impl", "recurrent_grad")  # network keys (purejaxrl
 LATER_KEYS = {("env", "reward_scale"): 1.0, ("env", "obs_norm_style"): "project",
               ("network", "action_dist"): "gaussian", ("algo", "unroll_length"): 0,
               ("algo", "recompute_advantages"): False, ("algo", "check_every"): 0,
-              ("network", "init"): "orthogonal", ("algo", "adam_eps"): 1e-5}
+              ("network", "init"): "orthogonal", ("algo", "adam_eps"): 1e-5, ("algo", "reset_envs_every"): 0}
 
 
 # the ``checkpoint`` section of a training run (composed in host/settings.py): when the runner saves

@@ -39,6 +39,10 @@ class PPOConfig(ActorCriticConfig):
     vf_coef: float = 0.5  # value loss coefficient (sweepable)
     max_grad_norm: float = 0.5  # global gradient-norm clip (sweepable)
     adam_eps: float = 1e-5  # Adam's epsilon (PureJaxRL's 1e-5; Brax's PPO uses optax's default, 1e-8)
+    # every env reset to a fresh start state before every N-th update's rollout (the episodes in progress
+    # dropped unreported), as Brax's PPO resets all its envs num_resets_per_eval times per evaluation;
+    # 0: never, an env resets only when its episode ends
+    reset_envs_every: int = 0
     # Brax PPO's loss: values, GAE targets and advantages computed inside every minibatch's loss with
     # the current critic (stop-gradient), minibatches of whole unrolls (unroll_length; 0: num_steps)
     recompute_advantages: bool = False
@@ -72,9 +76,11 @@ class PPOConfig(ActorCriticConfig):
         non_negative(f"{prefix}.vf_coef", self.vf_coef)
         positive(f"{prefix}.max_grad_norm", self.max_grad_norm)
         positive(f"{prefix}.adam_eps", self.adam_eps)
+        non_negative(f"{prefix}.reset_envs_every", self.reset_envs_every)
 
 
 CONFIG = PPOConfig  # this algorithm's config (config.schema.ALGORITHMS)
+RESET_SALT = 0x5E7  # algo.reset_envs_every: the reset's key is fold_in(the update's rollout key, RESET_SALT)
 
 def unroll_loss(networks, dist, params, mb: Unrolls, hparams, cfg: PPOConfig, axis_name=None, key=None):
     """PPO's loss on a minibatch of ``M`` unrolls (``mb`` leaves ``[M, k, ...]``) the way Brax PPO's
@@ -155,8 +161,13 @@ def make_algorithm(run: RunConfig, env, env_params, spec, axis_name=None) -> Alg
 
     def update(state: PPOState, hparams, update_idx):
         key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
+        carry = state.env
+        if cfg.reset_envs_every:  # (off: the program and its numbers are those without the option)
+            due = (update_idx > 0) & (update_idx % cfg.reset_envs_every == 0)
+            carry = jax.lax.cond(due, lambda c: stage.fresh_carry(jax.random.fold_in(rollout_key, RESET_SALT)),
+                                 lambda c: c, carry)
         experience = stage.experience(state.params["actor"], networks.critic_params(state.params), state.obs_norm,
-                                      state.env, rollout_key, hparams, state.reward_norm)
+                                      carry, rollout_key, hparams, state.reward_norm)
         learning_rate = annealed(hparams["lr"], update_idx, num_updates, cfg.anneal_lr)
         flat_params, unravel = ravel_pytree(state.params)
         grad_fn = jax.grad(lambda flat, mb, key=None: loss_fn(unravel(flat), mb, hparams, key), has_aux=True)

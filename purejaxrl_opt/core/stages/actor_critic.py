@@ -220,17 +220,21 @@ class ActorCriticStage:
         if self.run.env.normalize_obs:
             obs_norm = (envs.brax_obs_norm_init(self.spec.obs_shape) if self.brax_obs_norm
                         else envs.obs_norm_init(self.spec.obs_shape))
+        reward_norm = envs.reward_norm_init() if self.run.env.normalize_reward else None
+        return InitialParts(self.policy.init(actor_key), self.networks.init_critic(critic_key),
+                            self.fresh_carry(env_key), obs_norm, key, reward_norm)
+
+    def fresh_carry(self, key: jax.Array) -> rollout.EnvCarry:
+        """Every env of this device's shard reset to a fresh start state drawn with ``key``: no episode
+        in progress (zero discounted return, zero recurrent states)."""
         num_envs, global_envs = self.data.env_shard(self.run.algo.num_envs)
-        carry = rollout.reset_carry(self.env, self.env_params, env_key, num_envs, global_envs)
-        reward_norm = None
+        carry = rollout.reset_carry(self.env, self.env_params, key, num_envs, global_envs)
         if self.run.env.normalize_reward:
-            reward_norm = envs.reward_norm_init()
             carry = carry._replace(discounted_return=jnp.zeros((num_envs,), jnp.float32))
         if self.recurrent:
             carry = carry._replace(memory=self.policy.recurrence.zero((num_envs,)),
                                    critic_memory=self.value.recurrence.zero((num_envs,)))
-        return InitialParts(self.policy.init(actor_key), self.networks.init_critic(critic_key), carry, obs_norm, key,
-                            reward_norm)
+        return carry
 
     def experience(self, actor_params, critic_params, obs_norm, carry: rollout.EnvCarry, key: jax.Array,
                    hparams, reward_norm: envs.ObsNormState | None = None) -> Experience:
