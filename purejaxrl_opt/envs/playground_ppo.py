@@ -176,7 +176,8 @@ IGNORED: dict[str, str] = {
                  "updates) and the final evaluation",
     "num_eval_envs": "Brax's evaluation batch; ours: eval_episodes",
     "num_resets_per_eval": "Brax resets all training envs to fresh start states this many times between "
-                           "evaluations; here every env is reset when its own episode ends",
+                           "evaluations; here every env is reset when its own episode ends, unless "
+                           "algo.reset_envs_every is given (not mapped: it would change every stored figure)",
     "seed": "the run's seed",
 }
 
