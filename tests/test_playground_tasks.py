@@ -91,6 +91,37 @@ def test_a_recurrent_network_keeps_the_per_unroll_bootstrap_without_in_loss_gae(
                                     f"network.recurrent={recurrent}", "algo.recompute_advantages=true"))
 
 
+def test_brax_reset_schedule_is_mapped_at_the_runs_budget_and_scale():
+    """``num_resets_per_eval`` -> ``algo.reset_envs_every``: Brax's epoch length in training steps,
+    ceil(num_timesteps / (max(num_evals - 1, 1) * num_envs * num_steps * action_repeat *
+    num_resets_per_eval)), after each of which Brax resets every training env; computed here by hand
+    from Playground's values (dm_control: 60M steps, 10 evals, 10 resets per eval, 480 steps per env
+    per training step; PandaPickCube: 20M, 4 evals, 10 resets, 8 unrolls of 10 steps)."""
+    def reset_every(*overrides):
+        return from_dictconfig(compose("algo=ppo", *overrides)).algo.reset_envs_every
+
+    # the side-by-side budget: every training step (as Brax's PPO ran beside ours)
+    assert reset_every("env=playground/CartpoleSwingup", "algo.num_envs=32", "total_timesteps=614400") == 1
+    # Playground's budget at 32 envs: 60e6 / (9 * 32 * 480 * 10) = 43.4 -> 44
+    assert reset_every("env=playground/CartpoleSwingup", "algo.num_envs=32") == 44
+    # Playground's own scale, 2048 envs: 60e6 / (9 * 2048 * 480 * 10) = 0.68 -> 1
+    assert reset_every("env=playground/CartpoleSwingup") == 1
+    # 20e6 / (3 * 2048 * 80 * 10) = 4.07 -> 5; at 8 envs: 20e6 / (3 * 8 * 80 * 10) = 1041.7 -> 1042
+    assert reset_every("env=playground/PandaPickCube") == 5
+    assert reset_every("env=playground/PandaPickCube", "algo.num_envs=8") == 1042
+    # a float budget from the command line; the user's value wins; our tuned files keep their 0
+    assert reset_every("env=playground/CartpoleSwingup", "algo.num_envs=32", "total_timesteps=6e5") == 1
+    assert reset_every("env=playground/CartpoleSwingup", "algo.reset_envs_every=0") == 0
+    assert reset_every("env=playground/CartpoleBalance") == 0
+    # no resets in Brax's config: none here
+    from purejaxrl_opt.config.resolvers import brax_ppo_reset_every
+
+    assert brax_ppo_reset_every(614400, 32, 480, 1, 10, 0) == 0
+    assert brax_ppo_reset_every(614400, 32, 480, 2, 10, 1) == 3  # 614400 / (9 * 32 * 480 * 2) = 2.2
+    with pytest.raises(ConfigError, match="num_resets_per_eval = -1 must be an int >= 0"):
+        brax_ppo_reset_every(614400, 32, 480, 1, 10, -1)
+
+
 def test_an_unknown_task_names_the_closest():
     with pytest.raises(ConfigError, match=r"'playground/CartpoleSwingUp' is invalid: playground has no env "
                                           r"'CartpoleSwingUp'; closest: \['CartpoleSwingup'"):
@@ -245,6 +276,10 @@ def test_go1_trains_through_the_cli_with_its_asymmetric_critic(tmp_path):
     assert (recorded.algo.unroll_length, recorded.env.reward_scale, recorded.network.action_dist) == (
         20, 1.0, "tanh_normal")  # Playground's Go1 config and Brax's default distribution
     assert recorded.env.params.critic_obs_key == "privileged_state"
+    from purejaxrl_opt.config import resolvers
+
+    resolvers.register()  # Brax's reset before every training step at this budget: the second update's
+    assert OmegaConf.to_container(recorded, resolve=True)["algo"]["reset_envs_every"] == 1
 
 
 @pytest.mark.slow  # a GRU over MJX's CartpoleSwingup compiles for minutes on 2 CPU cores (500 s measured, loaded)

@@ -11,6 +11,16 @@ ConfigError naming ``algo.num_envs`` and the allowed values. The value depends o
 ``algo.num_envs``, so an override of it on the command line is seen (it is resolved after
 composition), and the recorded config keeps the expression.
 
+``${brax_ppo_reset_every:TOTAL_TIMESTEPS,NUM_ENVS,NUM_STEPS,ACTION_REPEAT,NUM_EVALS,NUM_RESETS_PER_EVAL}``:
+how many updates apart Brax's PPO resets every training env to a fresh start state, at the run's
+``total_timesteps``, ``algo.num_envs`` and ``algo.num_steps`` (one update here is one of Brax's training
+steps at the same ``num_envs``). Brax's ``train`` runs ``max(num_evals - 1, 1) * max(num_resets_per_eval,
+1)`` epochs of ``ceil(num_timesteps / (max(num_evals - 1, 1) * env steps per training step *
+max(num_resets_per_eval, 1)))`` training steps and resets all envs after each epoch when
+``num_resets_per_eval > 0``; the value is that epoch length (0, no resets, when ``num_resets_per_eval`` is
+0), the ``algo.reset_envs_every`` of the mapped config. Env steps per training step are ``num_envs *
+num_steps * action_repeat``, as Brax counts them.
+
 ``${feed_forward:RECURRENT}``: true when ``RECURRENT`` (the run's ``network.recurrent``) is ``none``.
 Playground's mapped config sets ``algo.recompute_advantages: ${feed_forward:${network.recurrent}}``:
 Brax's GAE inside each minibatch's loss needs a critic that can score any unroll alone, which a
@@ -30,6 +40,7 @@ from purejaxrl_opt.config.errors import ConfigError
 
 NUM_STEPS = "brax_ppo_num_steps"
 FEED_FORWARD = "feed_forward"
+RESET_EVERY = "brax_ppo_reset_every"
 
 
 def brax_ppo_num_steps(num_envs, unroll_length, unrolls_per_env, num_minibatches, env_id="") -> int:
@@ -51,6 +62,25 @@ def brax_ppo_num_steps(num_envs, unroll_length, unrolls_per_env, num_minibatches
     return unroll_length * unrolls_per_env
 
 
+def brax_ppo_reset_every(total_timesteps, num_envs, num_steps, action_repeat, num_evals,
+                         num_resets_per_eval) -> int:
+    """The training steps between two of Brax's resets of all training envs (0: none), by Brax's own
+    formula (brax.training.agents.ppo.train), at the run's budget and rollout."""
+    if isinstance(total_timesteps, float) and total_timesteps.is_integer():
+        total_timesteps = int(total_timesteps)  # total_timesteps=6e5 on the command line
+    for name, value in (("total_timesteps", total_timesteps), ("num_envs", num_envs), ("num_steps", num_steps),
+                        ("action_repeat", action_repeat), ("num_evals", num_evals)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{RESET_EVERY}: {name} = {value!r} must be a positive int")
+    if not isinstance(num_resets_per_eval, int) or isinstance(num_resets_per_eval, bool) or num_resets_per_eval < 0:
+        raise ConfigError(f"{RESET_EVERY}: num_resets_per_eval = {num_resets_per_eval!r} must be an int >= 0")
+    if num_resets_per_eval == 0:
+        return 0
+    per_training_step = num_envs * num_steps * action_repeat
+    epochs = max(num_evals - 1, 1) * num_resets_per_eval
+    return -(-total_timesteps // (epochs * per_training_step))  # ceil, in integers
+
+
 def feed_forward(recurrent) -> bool:
     """True when ``network.recurrent`` is ``none`` (a feed-forward network)."""
     return str(recurrent) == "none"
@@ -62,6 +92,8 @@ def register() -> None:
 
     if not OmegaConf.has_resolver(NUM_STEPS):
         OmegaConf.register_new_resolver(NUM_STEPS, brax_ppo_num_steps)
+    if not OmegaConf.has_resolver(RESET_EVERY):
+        OmegaConf.register_new_resolver(RESET_EVERY, brax_ppo_reset_every)
     if not OmegaConf.has_resolver(FEED_FORWARD):
         OmegaConf.register_new_resolver(FEED_FORWARD, feed_forward)
 

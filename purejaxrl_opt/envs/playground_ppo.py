@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from purejaxrl_opt.config.errors import ConfigError
-from purejaxrl_opt.config.resolvers import FEED_FORWARD, NUM_STEPS
+from purejaxrl_opt.config.resolvers import FEED_FORWARD, NUM_STEPS, RESET_EVERY
 from purejaxrl_opt.envs.registry import close_names
 
 # Brax's max_grad_norm None (no clipping): a bound no gradient reaches (our clip is always on)
@@ -150,6 +150,12 @@ MAPPED: dict[str, Mapped] = {
     "normalize_until_count": Mapped(None, _must_be(None, "normalize_until_count"),
                                     "Brax's default None (never stop updating): what env.obs_norm_style="
                                     "brax does; another value is refused"),
+    "num_resets_per_eval": Mapped(None, note=f"algo.reset_envs_every = Brax's epoch length in training steps, "
+                                             f"after each of which it resets all training envs "
+                                             f"(${{{RESET_EVERY}:...}}, at the run's total_timesteps, "
+                                             f"algo.num_envs and algo.num_steps, with num_evals)"),
+    "num_evals": Mapped(None, note="enters algo.reset_envs_every (see num_resets_per_eval); ours evaluates "
+                                   "every eval_every updates and at the end"),
     "network_factory.policy_hidden_layer_sizes": Mapped("network.hidden_sizes", _sizes),
     "network_factory.value_hidden_layer_sizes": Mapped("network.critic_hidden_sizes", _sizes),
     "network_factory.activation": Mapped("network.activation", _activation, "swish -> silu"),
@@ -172,12 +178,7 @@ MAPPED: dict[str, Mapped] = {
 ALWAYS: dict[str, Any] = {"algo.recompute_advantages": f"${{{FEED_FORWARD}:${{network.recurrent}}}}"}
 
 IGNORED: dict[str, str] = {
-    "num_evals": "how many times Brax evaluates during training (its progress log); ours: eval_every (in "
-                 "updates) and the final evaluation",
     "num_eval_envs": "Brax's evaluation batch; ours: eval_episodes",
-    "num_resets_per_eval": "Brax resets all training envs to fresh start states this many times between "
-                           "evaluations; here every env is reset when its own episode ends, unless "
-                           "algo.reset_envs_every is given (not mapped: it would change every stored figure)",
     "seed": "the run's seed",
 }
 
@@ -185,7 +186,7 @@ IGNORED: dict[str, str] = {
 _TRAIN_DEFAULTS = ("gae_lambda", "clipping_epsilon", "clipping_epsilon_value", "vf_loss_coefficient",
                    "normalize_advantage", "max_grad_norm", "learning_rate_schedule",
                    "normalize_observations_mode", "normalize_observations_std_eps", "normalize_until_count",
-                   "reward_scaling")
+                   "reward_scaling", "num_evals", "num_resets_per_eval", "action_repeat")
 _NETWORK_DEFAULTS = ("policy_hidden_layer_sizes", "value_hidden_layer_sizes", "activation",
                      "policy_obs_key", "value_obs_key", "distribution_type")
 
@@ -295,6 +296,9 @@ def ppo_node(task: str, impl: str = "jax") -> dict[str, Any]:
     unrolls = batch_size * num_minibatches // num_envs
     for target, value in ALWAYS.items():
         _set(node, target, value)
+    _set(node, "algo.reset_envs_every",
+         f"${{{RESET_EVERY}:${{total_timesteps}},${{algo.num_envs}},${{algo.num_steps}},"
+         f"{int(brax['action_repeat'])},{int(brax['num_evals'])},{int(brax['num_resets_per_eval'])}}}")
     _set(node, "algo.num_steps",
          f"${{{NUM_STEPS}:${{algo.num_envs}},{int(brax['unroll_length'])},{unrolls},{int(num_minibatches)},"
          f"playground/{task}}}")
