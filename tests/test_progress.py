@@ -216,7 +216,7 @@ def test_sft_cli_on_a_terminal_and_in_a_pipe(cli_env, tmp_path):
 
 # ------------------------------------------------------------------------------- chunks and the console sink
 def test_chunks_end_on_every_checkpoint_and_resume_point():
-    from purejaxrl_opt.host.runner import chunk_sizes, chunk_stops
+    from purejaxrl_opt.host.chunks import chunk_sizes, chunk_stops
 
     assert chunk_stops(39, 1) == [39]
     assert chunk_stops(39, 10) == list(np.cumsum(chunk_sizes(39, 10)))

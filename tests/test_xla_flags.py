@@ -75,3 +75,42 @@ def test_language_model_entry_points_add_ynnpack_fusions_unless_the_user_chose(c
     xla_flags.set_default_xla_flags(language_model=True)
     assert "--xla_cpu_experimental_ynn_fusion_type=reduce" in xla_flags.os.environ["XLA_FLAGS"]
     assert "dot,eltwise,reduce" not in xla_flags.os.environ["XLA_FLAGS"]
+
+
+def _draws():
+    """A fresh jitted function (no cached lowering) of the draws a rollout makes, and its optimised HLO."""
+    import jax
+    import jax.numpy as jnp
+
+    def draws(key):
+        a, b = jax.random.split(key)
+        return (jax.random.key_data(jax.random.split(a, 7)), jax.random.normal(jax.random.fold_in(b, 3), (5, 3)),
+                jax.random.categorical(a, jnp.zeros((4, 6))), jax.random.uniform(b, (9,)))
+
+    fn = jax.jit(lambda key: draws(key))
+    key = jax.random.PRNGKey(2024)
+    return fn(key), fn.lower(key).compile().as_text()
+
+
+def test_unrolled_threefry_draws_the_same_bits_without_a_loop():
+    """The CLI's CPU lowering of the threefry hash (every jax.random draw) gives JAX's own bits; the
+    rolled one (JAX's CPU default) runs a while loop per draw, the unrolled one none."""
+    import numpy as np
+
+    try:
+        xla_flags.unroll_threefry("rolled")
+        rolled, rolled_hlo = _draws()
+        xla_flags.unroll_threefry("unrolled")
+        unrolled, unrolled_hlo = _draws()
+    finally:
+        xla_flags.unroll_threefry("rolled")  # JAX's default again for the tests after this one
+    for a, b in zip(rolled, unrolled):
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+    assert " while(" in rolled_hlo and " while(" not in unrolled_hlo
+
+
+def test_threefry_choice_is_checked(cpu_host):
+    cpu_host.setenv(xla_flags.THREEFRY_ENV, "fast")
+    with pytest.raises(ValueError, match=r"PUREJAXRL_OPT_THREEFRY='fast' is invalid; allowed: \['unrolled', "
+                                         r"'rolled'\]"):
+        xla_flags.set_default_xla_flags()

@@ -82,18 +82,28 @@ class Compiler:
         self._pool.shutdown(wait=True, cancel_futures=exc[0] is not None)
 
 
+def compile_in_turn(*lowerings) -> list:
+    """Each of ``lowerings`` (a function ``() -> jax.stages.Lowered``) lowered in order and compiled on a
+    worker thread (:class:`Compiler`) while the next is lowered; the compiled programs, in order."""
+    with Compiler(max_workers=len(lowerings)) as compiler:
+        futures = [compiler.submit(lower()) for lower in lowerings]
+        return [future.result() for future in futures]
+
+
 def compile_chunked(init, advance, *args, extra=()):
     """``init`` and ``advance`` compiled ahead of time for ``init(*args)``'s carry:
     ``(init, advance, carry shape, *extra)`` (the shape as ``jax.ShapeDtypeStruct`` leaves, nothing
     run). ``extra``: functions ``shape -> jax.stages.Lowered`` of more programs over the carry (the
-    runner's final evaluation), compiled alongside (:class:`Compiler`)."""
-    with Compiler(max_workers=2 + len(extra)) as compiler:
-        futures = [compiler.submit(jax.jit(init).lower(*args))]
-        shape = jax.eval_shape(init, *args)
-        futures.append(compiler.submit(jax.jit(advance).lower(shape, jnp.int32(0), jnp.int32(1))))
-        futures += [compiler.submit(lower(shape)) for lower in extra]
-        init_compiled, advance_compiled, *others = [f.result() for f in futures]
-    return (init_compiled, advance_compiled, shape, *others)
+    runner's final evaluation), compiled alongside (:func:`compile_in_turn`)."""
+    carry = {}  # the carry's shape, traced while init compiles
+
+    def lower_advance():
+        carry["shape"] = jax.eval_shape(init, *args)
+        return jax.jit(advance).lower(carry["shape"], jnp.int32(0), jnp.int32(1))
+
+    compiled = compile_in_turn(lambda: jax.jit(init).lower(*args), lower_advance,
+                               *[lambda lower=lower: lower(carry["shape"]) for lower in extra])
+    return (*compiled[:2], carry["shape"], *compiled[2:])
 
 
 def run_chunks(advance, carry, stops, done: int = 0, after=None, finished=None,

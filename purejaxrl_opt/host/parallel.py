@@ -353,7 +353,7 @@ def sharded_functions(layout: Layout, algo, keys, hparams, data_algo=None):
     functions as ``shard_map``s over ``layout.mesh`` (not yet jitted). ``algo`` gives the Loop's
     structure; ``data_algo`` (built with ``axis_name="data"``) runs when ``layout.data > 1``."""
     from purejaxrl_opt.core.stages import evaluation
-    from purejaxrl_opt.core.algos.base import init_loop, run_updates
+    from purejaxrl_opt.core.algos.base import init_loop
 
     run_algo = data_algo if data_algo is not None else algo
     template = jax.eval_shape(jax.vmap(partial(init_loop, algo)), keys, hparams)

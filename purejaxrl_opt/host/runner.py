@@ -25,7 +25,7 @@ import numpy as np
 from purejaxrl_opt.core import algos
 from purejaxrl_opt.formats import checkpoint
 from purejaxrl_opt.host import rundir, sweep
-from purejaxrl_opt.host.chunks import Compiler, chunk_sizes, chunk_stops, compile_chunked, run_chunks  # noqa: F401
+from purejaxrl_opt.host.chunks import chunk_stops, compile_chunked, compile_in_turn, run_chunks
 from purejaxrl_opt.host.artifacts import (make_summary, memory_report, plot_learning_curve, write_json_atomic,
                                      write_metrics_csv)
 from purejaxrl_opt.core.stages import evaluation
@@ -96,14 +96,11 @@ class Compiled:
             layout, algo, keys, hparams, data_algo)
         lane, rep = layout.lane_sharding, layout.replicated
         loop_sh = parallel.shardings(layout, self.specs)
-        with Compiler() as compiler:  # each compiles while the next is lowered
-            futures = [
-                compiler.submit(jax.jit(init, in_shardings=(lane, lane), out_shardings=loop_sh).lower(
-                    keys, hparams)),
-                compiler.submit(jax.jit(updates, in_shardings=(loop_sh, rep, rep), out_shardings=loop_sh).lower(
-                    shape, jnp.int32(0), jnp.int32(1))),
-                compiler.submit(jax.jit(evaluate, in_shardings=(loop_sh,), out_shardings=lane).lower(shape))]
-            self.init, self.updates, self.evaluate = [f.result() for f in futures]
+        self.init, self.updates, self.evaluate = compile_in_turn(  # each compiles while the next is lowered
+            lambda: jax.jit(init, in_shardings=(lane, lane), out_shardings=loop_sh).lower(keys, hparams),
+            lambda: jax.jit(updates, in_shardings=(loop_sh, rep, rep), out_shardings=loop_sh).lower(
+                shape, jnp.int32(0), jnp.int32(1)),
+            lambda: jax.jit(evaluate, in_shardings=(loop_sh,), out_shardings=lane).lower(shape))
 
     def place_inputs(self, keys, hparams):
         """Keys and hparams on the mesh (a no-op without a layout)."""

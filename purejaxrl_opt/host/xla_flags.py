@@ -1,4 +1,5 @@
-"""XLA flags that must be set before JAX initialises its backend (a leaf: no package imports)."""
+"""XLA flags that must be set before JAX initialises its backend, and the CPU lowering of JAX's random
+hash (a leaf: no package imports)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,9 @@ def set_default_xla_flags(language_model: bool = False) -> None:
       last bits (the parity tests hold with it); other entry points keep Eigen, so their numbers stay
       as they were.
 
+    * JAX's threefry hash (every ``jax.random`` draw) lowered unrolled, as JAX lowers it for GPUs
+      (:func:`unroll_threefry`), unless ``PUREJAXRL_OPT_THREEFRY=rolled``.
+
     On a GPU/TPU nothing is set: the lanes of a run are one program on the accelerator, and
     ``--xla_force_host_platform_device_count`` would only split the CPU, which then merely feeds it.
     Set before JAX initialises its backend (the CLI entry points call this first thing); a user's own
@@ -71,3 +75,28 @@ def set_default_xla_flags(language_model: bool = False) -> None:
         extra.append(f"--xla_cpu_experimental_ynn_fusion_type={LM_YNN_FUSION_TYPES}")
     if extra:
         os.environ["XLA_FLAGS"] = " ".join([flags] + extra).strip()
+    unroll_threefry(os.environ.get(THREEFRY_ENV, "unrolled"))
+
+
+THREEFRY_ENV = "PUREJAXRL_OPT_THREEFRY"
+THREEFRY_CHOICES = ("unrolled", "rolled")
+
+
+def unroll_threefry(choice: str = "unrolled") -> None:
+    """Lower JAX's ``threefry2x32`` (the hash behind every ``jax.random`` draw, key split and fold-in)
+    for the CPU as JAX lowers it for GPUs: its 20 rounds in line (``unrolled``) rather than JAX's CPU
+    default, a loop of 5 iterations of 4 rounds (``rolled``), which XLA:CPU runs as a while loop of 16
+    small kernels per draw. A PPO rollout step draws several times, so at a few envs those loops were
+    most of the kernels an update launches. The hash is integer arithmetic, so both give the same bits
+    (tests/test_xla_flags.py); unrolled runs faster and compiles faster on the CartPole PPO run
+    (experiments/bench_threefry.py). It changes how JAX lowers the op in this process (an entry point's
+    choice, as the flags are; ``make_train`` alone leaves JAX as it is). Imports JAX, but does not
+    start its backend."""
+    if choice not in THREEFRY_CHOICES:
+        raise ValueError(f"environment variable {THREEFRY_ENV}={choice!r} is invalid; allowed: "
+                         f"{list(THREEFRY_CHOICES)}")
+    from jax._src import prng
+    from jax._src.interpreters import mlir
+
+    rule = prng._threefry2x32_lowering_rule if choice == "unrolled" else prng._threefry2x32_cpu_lowering_rule
+    mlir.register_lowering(prng.threefry2x32_p, rule, platform="cpu")
