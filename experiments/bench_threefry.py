@@ -1,6 +1,6 @@
-"""The CPU lowering of JAX's threefry hash, rolled (JAX's CPU default) vs unrolled (the CLI's default,
-purejaxrl_opt/host/xla_flags.py ``unroll_threefry``): env steps/s and compile s of one agent, and whether
-the two train the same bits.
+"""The CPU lowering of JAX's threefry hash, rolled (JAX's CPU default, the CLI's) vs unrolled (opt-in:
+``PUREJAXRL_OPT_THREEFRY=unrolled``, purejaxrl_opt/host/xla_flags.py ``unroll_threefry``): env steps/s
+and compile s of one agent, and whether the two train the same bits.
 
     python experiments/bench_threefry.py --repeats 3
 
@@ -75,7 +75,7 @@ def measure(case: str, args) -> dict:
 
 
 def markdown(record: dict) -> str:
-    lines = ["# The threefry hash on the CPU: rolled (JAX's default) vs unrolled (the CLI's)", "",
+    lines = ["# The threefry hash on the CPU: rolled (JAX's default, the CLI's) vs unrolled (opt-in)", "",
              f"{record['machine_text']}; seed {record['seed']}, {record['repeats']} process(es) per choice and "
              "case, interleaved; medians over a choice's processes (those started below the load bound, "
              f"{record['max_load']}, where any). Same bits: every update's metrics and the final evaluation "

@@ -93,8 +93,8 @@ def _draws():
 
 
 def test_unrolled_threefry_draws_the_same_bits_without_a_loop():
-    """The CLI's CPU lowering of the threefry hash (every jax.random draw) gives JAX's own bits; the
-    rolled one (JAX's CPU default) runs a while loop per draw, the unrolled one none."""
+    """The unrolled CPU lowering of the threefry hash (every jax.random draw; opt-in) gives JAX's own
+    bits; the rolled one (JAX's CPU default) runs a while loop per draw, the unrolled one none."""
     import numpy as np
 
     try:
@@ -107,6 +107,15 @@ def test_unrolled_threefry_draws_the_same_bits_without_a_loop():
     for a, b in zip(rolled, unrolled):
         assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
     assert " while(" in rolled_hlo and " while(" not in unrolled_hlo
+
+
+def test_threefry_is_jaxs_own_unless_asked(cpu_host):
+    calls = []
+    cpu_host.setattr(xla_flags, "unroll_threefry", calls.append)
+    xla_flags.set_default_xla_flags()
+    cpu_host.setenv(xla_flags.THREEFRY_ENV, "unrolled")
+    xla_flags.set_default_xla_flags()
+    assert calls == ["unrolled"]
 
 
 def test_threefry_choice_is_checked(cpu_host):

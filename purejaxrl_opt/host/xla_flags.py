@@ -54,8 +54,8 @@ def set_default_xla_flags(language_model: bool = False) -> None:
       last bits (the parity tests hold with it); other entry points keep Eigen, so their numbers stay
       as they were.
 
-    * JAX's threefry hash (every ``jax.random`` draw) lowered unrolled, as JAX lowers it for GPUs
-      (:func:`unroll_threefry`), unless ``PUREJAXRL_OPT_THREEFRY=rolled``.
+    * With ``PUREJAXRL_OPT_THREEFRY=unrolled``: JAX's threefry hash (every ``jax.random`` draw) lowered
+      unrolled, as JAX lowers it for GPUs (:func:`unroll_threefry`); by default JAX's own CPU lowering.
 
     On a GPU/TPU nothing is set: the lanes of a run are one program on the accelerator, and
     ``--xla_force_host_platform_device_count`` would only split the CPU, which then merely feeds it.
@@ -75,7 +75,9 @@ def set_default_xla_flags(language_model: bool = False) -> None:
         extra.append(f"--xla_cpu_experimental_ynn_fusion_type={LM_YNN_FUSION_TYPES}")
     if extra:
         os.environ["XLA_FLAGS"] = " ".join([flags] + extra).strip()
-    unroll_threefry(os.environ.get(THREEFRY_ENV, "unrolled"))
+    choice = os.environ.get(THREEFRY_ENV, "rolled")
+    if choice != "rolled":  # JAX's own lowering unless asked (nothing of JAX's is touched then)
+        unroll_threefry(choice)
 
 
 THREEFRY_ENV = "PUREJAXRL_OPT_THREEFRY"
@@ -84,14 +86,16 @@ THREEFRY_CHOICES = ("unrolled", "rolled")
 
 def unroll_threefry(choice: str = "unrolled") -> None:
     """Lower JAX's ``threefry2x32`` (the hash behind every ``jax.random`` draw, key split and fold-in)
-    for the CPU as JAX lowers it for GPUs: its 20 rounds in line (``unrolled``) rather than JAX's CPU
-    default, a loop of 5 iterations of 4 rounds (``rolled``), which XLA:CPU runs as a while loop of 16
-    small kernels per draw. A PPO rollout step draws several times, so at a few envs those loops were
-    most of the kernels an update launches. The hash is integer arithmetic, so both give the same bits
-    (tests/test_xla_flags.py); unrolled runs faster and compiles faster on the CartPole PPO run
-    (experiments/bench_threefry.py). It changes how JAX lowers the op in this process (an entry point's
-    choice, as the flags are; ``make_train`` alone leaves JAX as it is). Imports JAX, but does not
-    start its backend."""
+    for the CPU as JAX lowers it for GPUs: its 20 rounds in line (``unrolled``), or as JAX does for the
+    CPU, a loop of 5 iterations of 4 rounds (``rolled``), which XLA:CPU runs as a while loop of 16 small
+    kernels per draw. A PPO rollout step draws several times, so at a few envs those loops are most of
+    the kernels an update launches (experiments/count_kernels.py). The hash is integer arithmetic and
+    its draws are the same bits either way (tests/test_xla_flags.py), but a whole training program is
+    not: without the loop XLA fuses the float arithmetic around the draws differently (multiply-adds
+    contracted elsewhere), so runs differ in the last bits and then beyond. That is why it is opt-in
+    (``PUREJAXRL_OPT_THREEFRY=unrolled`` for the CLI's entry points; experiments/bench_threefry.py
+    measures both). It changes how JAX lowers the op in this process. Imports JAX, but does not start
+    its backend."""
     if choice not in THREEFRY_CHOICES:
         raise ValueError(f"environment variable {THREEFRY_ENV}={choice!r} is invalid; allowed: "
                          f"{list(THREEFRY_CHOICES)}")
