@@ -89,8 +89,7 @@ def markdown(record: dict) -> str:
                      f"| {r['compile_s']:.2f} | {u['compile_s']:.2f} | {s['compile_ratio']:.2f}x "
                      f"| {'yes' if s['same_bits'] else 'NO'} | {r['quiet_repeats']}/{r['repeats']}, "
                      f"{u['quiet_repeats']}/{u['repeats']} |")
-    lines += ["", provenance.markdown_footer()]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n"  # write_markdown adds the commit and command
 
 
 def main(argv=None) -> int:

@@ -125,6 +125,8 @@ def dump(side: str, args) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         ready, dump_dir = Path(tmp) / "ready", Path(tmp) / "hlo"
         env = dict(os.environ)
+        if side == "ours":  # the CLI's lowering of JAX's threefry hash (purejaxrl_opt/host/xla_flags.py)
+            env["PUREJAXRL_OPT_THREEFRY"] = args.threefry
         env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_dump_to={dump_dir} --xla_dump_hlo_as_text".strip()
         with profile_one_agent.ready_child(side, args, ready, env):
             pass  # compiled (so dumped) once it is ready
@@ -139,6 +141,8 @@ def main(argv=None) -> int:
     parser.add_argument("--checkout", default=None, help="PureJaxRL's checkout (without it: ours only)")
     parser.add_argument("--num-envs", type=int, default=4)
     parser.add_argument("--updates", type=int, default=8, help="updates in the profiled program")
+    parser.add_argument("--threefry", choices=("rolled", "unrolled"), default="rolled",
+                        help="ours: PUREJAXRL_OPT_THREEFRY (rolled: JAX's own CPU lowering, the default)")
     parser.add_argument("--out", default=str(ROOT / "experiments/results/throughput_one_agent"))
     args = parser.parse_args(argv)
     sides = ["ours"] + (["purejaxrl"] if args.checkout else [])
@@ -147,11 +151,12 @@ def main(argv=None) -> int:
     per_update = {side: executions(hlo) / args.updates for side, hlo in modules.items()}
     out = Path(args.out)
     provenance.write_json(out / "kernels.json", {"num_envs": args.num_envs, "updates": args.updates,
+                                                 "threefry": args.threefry,
                                                  "thunks_per_update": per_update, "loops": results})
     lines = [f"# Kernels per loop iteration of one agent's PPO update, CartPole, {args.num_envs} envs x 128 steps",
              "", "Read from XLA:CPU's optimised program of each side (see experiments/count_kernels.py). Thunks "
              f"run per update (the whole program of {args.updates} updates, divided by {args.updates}; "
-             "PureJaxRL's includes its init): " + ", ".join(f"{side} {n:,.0f}" for side, n in per_update.items()) + ".", ""]
+             f"PureJaxRL's includes its init; ours with the threefry hash {args.threefry}): " + ", ".join(f"{side} {n:,.0f}" for side, n in per_update.items()) + ".", ""]
     for side, found in results.items():
         lines += [f"## {side}", "", "| loop body | in | trip count | thunks | by kind | nested loops |",
                   "|---|---|---:|---:|---|---:|"]
