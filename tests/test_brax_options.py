@@ -323,6 +323,23 @@ def test_reset_envs_every_starts_every_env_afresh_at_those_updates():
                                np.asarray(plain.metrics["policy_loss"])[0], rtol=1e-3)
 
 
+@pytest.mark.slow  # a GRU's training program compiles for tens of seconds on 2 CPU cores
+def test_reset_envs_every_with_a_recurrent_network():
+    """The reset with a GRU (whose carry also holds each env's hidden state, zeroed by the same
+    ``fresh_carry`` as init's): the episodes are cut at N rollouts and the run trains (finite losses).
+    That the hidden state is zeroed is not observed here."""
+    from purejaxrl_opt.core import algos
+
+    run = RunConfig(algo=PPOConfig(num_envs=8, num_steps=16, num_minibatches=2, update_epochs=1, reset_envs_every=2),
+                    env=EnvConfig(id="CartPole-v1"), network=NetworkConfig(recurrent="gru", hidden_sizes=(16,)),
+                    total_timesteps=8 * 16 * 12)
+    run.validate()
+    out = jax.jit(algos.make_train(run))(jax.random.PRNGKey(5))
+    episodes, length = np.asarray(out.metrics["episodes"]), np.asarray(out.metrics["episode_length"])
+    assert episodes.sum() > 0 and length[episodes > 0].max() <= 32
+    assert np.isfinite(np.asarray(out.metrics["policy_loss"])).all()
+
+
 # ----------------------------------------------------------------------------- validation and the CLI
 @pytest.mark.parametrize("overrides, fragment", [
     (["network.action_dist=beta"], "'network.action_dist' = 'beta' is invalid: must be one of ['gaussian', "
