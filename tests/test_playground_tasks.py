@@ -120,6 +120,8 @@ def test_brax_reset_schedule_is_mapped_at_the_runs_budget_and_scale():
     assert brax_ppo_reset_every(614400, 32, 480, 2, 10, 1) == 3  # 614400 / (9 * 32 * 480 * 2) = 2.2
     with pytest.raises(ConfigError, match="num_resets_per_eval = -1 must be an int >= 0"):
         brax_ppo_reset_every(614400, 32, 480, 1, 10, -1)
+    with pytest.raises(ConfigError, match="brax_ppo_reset_every: num_envs = 0 must be a positive int"):
+        brax_ppo_reset_every(614400, 0, 480, 1, 10, 10)
 
 
 def test_an_unknown_task_names_the_closest():

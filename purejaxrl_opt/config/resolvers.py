@@ -43,13 +43,18 @@ FEED_FORWARD = "feed_forward"
 RESET_EVERY = "brax_ppo_reset_every"
 
 
+def _positive_ints(resolver: str, **values) -> None:
+    """A ConfigError naming the resolver and the first argument that is not a positive int."""
+    for name, value in values.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{resolver}: {name} = {value!r} must be a positive int")
+
+
 def brax_ppo_num_steps(num_envs, unroll_length, unrolls_per_env, num_minibatches, env_id="") -> int:
     """``unroll_length * unrolls_per_env`` after checking that ``num_envs`` keeps Brax's minibatches
     whole (``num_envs * unrolls_per_env`` divisible by ``num_minibatches``)."""
-    for name, value in (("unroll_length", unroll_length), ("unrolls_per_env", unrolls_per_env),
-                        ("num_minibatches", num_minibatches)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"{NUM_STEPS}: {name} = {value!r} must be a positive int")
+    _positive_ints(NUM_STEPS, unroll_length=unroll_length, unrolls_per_env=unrolls_per_env,
+                   num_minibatches=num_minibatches)
     step = num_minibatches // math.gcd(unrolls_per_env, num_minibatches)
     if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1 or num_envs % step:
         raise ConfigError(
@@ -68,10 +73,8 @@ def brax_ppo_reset_every(total_timesteps, num_envs, num_steps, action_repeat, nu
     formula (brax.training.agents.ppo.train), at the run's budget and rollout."""
     if isinstance(total_timesteps, float) and total_timesteps.is_integer():
         total_timesteps = int(total_timesteps)  # total_timesteps=6e5 on the command line
-    for name, value in (("total_timesteps", total_timesteps), ("num_envs", num_envs), ("num_steps", num_steps),
-                        ("action_repeat", action_repeat), ("num_evals", num_evals)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"{RESET_EVERY}: {name} = {value!r} must be a positive int")
+    _positive_ints(RESET_EVERY, total_timesteps=total_timesteps, num_envs=num_envs, num_steps=num_steps,
+                   action_repeat=action_repeat, num_evals=num_evals)
     if not isinstance(num_resets_per_eval, int) or isinstance(num_resets_per_eval, bool) or num_resets_per_eval < 0:
         raise ConfigError(f"{RESET_EVERY}: num_resets_per_eval = {num_resets_per_eval!r} must be an int >= 0")
     if num_resets_per_eval == 0:
