@@ -18,32 +18,16 @@ Writes ``--out``/results.json and results.md (commit and command: experiments/pr
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import provenance
-from throughput_one_agent import CASES, case_setup, wait_for_quiet
+from throughput_one_agent import CASES, case_setup, run_ours, wait_for_quiet
 
 ROOT = Path(__file__).resolve().parents[1]
 CHOICES = ("rolled", "unrolled")
-
-
-def run_once(overrides: list[str], choice: str, seed: int, out: Path) -> dict:
-    cmd = [sys.executable, "-m", "purejaxrl_opt.train", "num_seeds=1", f"seed={seed}", "checkpoint.final=false",
-           "logger=none", "progress.mode=off", f"hydra.run.dir={out}", *overrides]
-    env = {**os.environ, "PUREJAXRL_OPT_THREEFRY": choice}
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800, env=env)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{choice} failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
-    summary = json.loads((out / "summary.json").read_text())
-    return {"env_steps_per_s": summary["env_steps_per_second"], "compile_s": summary["compile_seconds"],
-            "eval_return": summary["final_return_mean"], "metrics": (out / "metrics.csv").read_bytes(),
-            "command": f"PUREJAXRL_OPT_THREEFRY={choice} python " + " ".join(cmd[1:])}
 
 
 def measure(case: str, args) -> dict:
@@ -53,7 +37,11 @@ def measure(case: str, args) -> dict:
         for repeat in range(args.repeats):
             for choice in CHOICES:
                 load, quiet = wait_for_quiet(args.max_load, args.wait_s)
-                row = run_once(overrides, choice, args.seed, Path(tmp) / f"{choice}_{repeat}")
+                work = Path(tmp) / f"{choice}_{repeat}"
+                row = run_ours([*overrides, "logger=none", "progress.mode=off"], work, args.seed,
+                               env={"PUREJAXRL_OPT_THREEFRY": choice})
+                row["metrics"] = (work / "ours" / "metrics.csv").read_bytes()
+                row["command"] = f"PUREJAXRL_OPT_THREEFRY={choice} {row['command']}"
                 row.update(choice=choice, repeat=repeat, load_before=load, quiet=quiet)
                 rows.append(row)
                 print(f"{case} {choice} #{repeat}: {row['env_steps_per_s']:,.0f} env steps/s, compile "

@@ -103,11 +103,13 @@ def our_final_return(metrics_csv: Path) -> tuple[float, int]:
     return (total / count if count else float("nan")), int(count)
 
 
-def run_ours(overrides: list[str], work: Path, seed: int) -> dict:
+def run_ours(overrides: list[str], work: Path, seed: int, env: dict | None = None) -> dict:
+    """One training CLI process (``env``: more environment variables); its timings and returns."""
     out = work / "ours"
     cmd = [PYTHON, "-m", "purejaxrl_opt.train", "num_seeds=1", f"seed={seed}", "checkpoint.final=false",
            f"hydra.run.dir={out}", *overrides]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, **(env or {})})
     if proc.returncode != 0:
         raise RuntimeError(f"ours failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
     summary = json.loads((out / "summary.json").read_text())
