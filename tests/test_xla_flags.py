@@ -21,20 +21,24 @@ def cpu_host(monkeypatch):
 def test_cpu_host_gets_one_device_per_core_and_opt_level_1(cpu_host):
     xla_flags.set_default_xla_flags()
     flags = xla_flags.os.environ["XLA_FLAGS"].split()
-    assert flags == ["--xla_backend_optimization_level=1", "--xla_force_host_platform_device_count=4"]
+    assert flags == ["--xla_backend_optimization_level=1", "--xla_force_host_platform_device_count=4",
+                     "--xla_cpu_experimental_ynn_fusion_type=dot,reduce"]
 
 
 def test_user_flags_win(cpu_host):
-    cpu_host.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=3")
+    cpu_host.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=3 "
+                    "--xla_cpu_experimental_ynn_fusion_type=reduce")
     xla_flags.set_default_xla_flags()
     assert xla_flags.os.environ["XLA_FLAGS"] == ("--xla_force_host_platform_device_count=1 "
-                                                 "--xla_backend_optimization_level=3")
+                                                 "--xla_backend_optimization_level=3 "
+                                                 "--xla_cpu_experimental_ynn_fusion_type=reduce")
 
 
 def test_one_core_gets_no_device_count(cpu_host):
     cpu_host.setattr(xla_flags, "usable_cores", lambda: 1)
     xla_flags.set_default_xla_flags()
-    assert xla_flags.os.environ["XLA_FLAGS"] == "--xla_backend_optimization_level=1"
+    assert xla_flags.os.environ["XLA_FLAGS"].split() == ["--xla_backend_optimization_level=1",
+                                                         "--xla_cpu_experimental_ynn_fusion_type=dot,reduce"]
 
 
 def test_accelerator_installs_are_left_alone(cpu_host):

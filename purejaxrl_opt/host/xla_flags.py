@@ -8,7 +8,8 @@ import os
 
 GPU_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm60_plugin", "libtpu")
 # XLA:CPU hands these to YNNPACK (jaxlib 0.9.2 gives it only reductions by default): see
-# set_default_xla_flags(language_model=True)
+# set_default_xla_flags
+YNN_FUSION_TYPES = "dot,reduce"
 LM_YNN_FUSION_TYPES = "dot,eltwise,reduce"
 
 
@@ -46,13 +47,17 @@ def set_default_xla_flags(language_model: bool = False) -> None:
       another program than all lanes in one, so floats can differ (TRPO CartPole, 16 seeds: 8 ended
       elsewhere); set the device count to 1 to reproduce one-device numbers.
 
+    * Matrix products as well as reductions handed to YNNPACK as fusions
+      (``--xla_cpu_experimental_ynn_fusion_type=dot,reduce``; jaxlib's default is ``reduce``). Measured
+      through the training CLI (experiments/bench_ynn_dots.py): the same bits in every update's metrics
+      (PPO CartPole at 4, 64 and 512 envs, PPO MinAtar; TRPO, GRPO, recurrent PPO, Playground and token
+      tasks checked too), and more env steps/s, most at the larger batches.
     * With ``language_model`` (the entry points that run a pretrained causal LM:
-      ``purejaxrl_opt.generate``), matrix products, elementwise chains and reductions go to YNNPACK
-      (``--xla_cpu_experimental_ynn_fusion_type=dot,eltwise,reduce``) instead of Eigen: SmolLM2-135M's
-      decode at batch 64 spent less CPU time per token (experiments/bench_generate_interleaved.py,
-      docs/language-models.md). Its products round differently from Eigen's, so logits differ in the
-      last bits (the parity tests hold with it); other entry points keep Eigen, so their numbers stay
-      as they were.
+      ``purejaxrl_opt.generate``), elementwise chains go to YNNPACK too
+      (``--xla_cpu_experimental_ynn_fusion_type=dot,eltwise,reduce``): SmolLM2-135M's decode at batch 64
+      spent less CPU time per token than with Eigen's products (experiments/bench_generate_interleaved.py,
+      docs/language-models.md), and its logits differ from Eigen's in the last bits (the parity tests
+      hold with it).
 
     * With ``PUREJAXRL_OPT_THREEFRY=unrolled``: JAX's threefry hash (every ``jax.random`` draw) lowered
       unrolled, as JAX lowers it for GPUs (:func:`unroll_threefry`); by default JAX's own CPU lowering.
@@ -71,8 +76,9 @@ def set_default_xla_flags(language_model: bool = False) -> None:
     cores = usable_cores()
     if "xla_force_host_platform_device_count" not in flags and cores > 1:
         extra.append(f"--xla_force_host_platform_device_count={cores}")
-    if language_model and "xla_cpu_experimental_ynn_fusion_type" not in flags:
-        extra.append(f"--xla_cpu_experimental_ynn_fusion_type={LM_YNN_FUSION_TYPES}")
+    if "xla_cpu_experimental_ynn_fusion_type" not in flags:
+        types = LM_YNN_FUSION_TYPES if language_model else YNN_FUSION_TYPES
+        extra.append(f"--xla_cpu_experimental_ynn_fusion_type={types}")
     if extra:
         os.environ["XLA_FLAGS"] = " ".join([flags] + extra).strip()
     choice = os.environ.get(THREEFRY_ENV, "rolled")

@@ -1,0 +1,76 @@
+"""Which XLA:CPU fusions YNNPACK runs: reductions only (jaxlib 0.9.2's default) vs matrix products and
+reductions (``dot,reduce``, the CLI's default on the CPU since this benchmark, purejaxrl_opt/host/xla_flags.py):
+env steps/s and compile s of one agent, and whether the two train the same bits.
+
+    python experiments/bench_ynn_dots.py --repeats 3
+
+Each measurement is one process of the training CLI with
+``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=reduce`` or ``=dot,reduce`` (the CLI adds its other
+defaults to a user's XLA_FLAGS), interleaved (experiments/cli_choices.py: timings, load gating and the
+byte-for-byte comparison of every update's metrics), one seed (``--seed``), on:
+
+* the cases of experiments/throughput_one_agent.py: PureJaxRL's CartPole config at 4, 64 and 512 envs
+  and its MinAtar config (64x64 MLP) on Breakout-MinAtar;
+* short runs of the other programs the CLI compiles, each at its defaults or tuned file
+  (:data:`MORE`): TRPO (Pendulum), GRPO (CartPole; a token task), recurrent PPO (CartPole without
+  velocities, GRU), PPO's conv torso (Breakout-MinAtar's tuned file), a Playground task (MJX physics)
+  and a Navix grid.
+
+Writes ``--out``/results.json and results.md (commit and command: experiments/provenance.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import provenance
+from cli_choices import compare, markdown
+from throughput_one_agent import CASES, case_setup
+
+ROOT = Path(__file__).resolve().parents[1]
+FLAG = "--xla_cpu_experimental_ynn_fusion_type="
+CHOICES = {"reduce": {"XLA_FLAGS": FLAG + "reduce"}, "dot,reduce": {"XLA_FLAGS": FLAG + "dot,reduce"}}
+TITLE = "YNNPACK on XLA:CPU: reductions only (jaxlib's default) vs products and reductions (the CLI's)"
+MORE = {
+    "trpo_pendulum": ["algo=trpo", "env=Pendulum-v1", "total_timesteps=102400"],
+    "grpo_cartpole": ["algo=grpo", "env=CartPole-v1", "total_timesteps=200000"],
+    "ppo_gru_cartpole_novel": ["algo=ppo", "env=CartPole-v1-novel", "total_timesteps=200000"],
+    "ppo_conv_minatar": ["algo=ppo", "env=Breakout-MinAtar", "total_timesteps=131072"],
+    "ppo_playground_cartpole_balance": ["algo=ppo", "env=playground/CartpoleBalance", "algo.num_envs=32",
+                                        "total_timesteps=40960"],
+    "grpo_addition": ["algo=grpo", "env=Addition-v0", "total_timesteps=100000"],
+    "ppo_navix_empty": ["algo=ppo", "env=navix/Navix-Empty-8x8-v0", "total_timesteps=100000"],
+}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", nargs="+", default=[*CASES, *MORE], choices=[*CASES, *MORE])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--minatar-steps", type=int, default=1_048_576)
+    parser.add_argument("--max-load", type=float, default=1.5)
+    parser.add_argument("--wait-s", type=float, default=60.0)
+    parser.add_argument("--out", default=str(ROOT / "experiments/results/bench_ynn_dots"))
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be >= 1")
+    summary = {case: compare(case, MORE[case] if case in MORE else case_setup(case, args.minatar_steps)[0],
+                             CHOICES, args) for case in args.cases}
+    from purejaxrl_opt.host.suites import describe_machine
+
+    machine = provenance.machine()
+    record = {"machine": machine, "machine_text": describe_machine(machine), "seed": args.seed,
+              "repeats": args.repeats, "max_load": args.max_load, "minatar_steps": args.minatar_steps,
+              "summary": summary}
+    provenance.write_json(Path(args.out) / "results.json", record)
+    text = markdown(record, TITLE, tuple(CHOICES))
+    provenance.write_markdown(Path(args.out) / "results.md", text)
+    print(text)
+    return 0 if all(s["same_bits"] for s in summary.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
