@@ -1,13 +1,16 @@
-"""Which XLA:CPU fusions YNNPACK runs: reductions only (jaxlib 0.9.2's default) vs matrix products and
-reductions (``dot,reduce``, the CLI's default on the CPU since this benchmark, purejaxrl_opt/host/xla_flags.py):
-env steps/s and compile s of one agent, and whether the two train the same bits.
+"""How XLA:CPU hands matrix products to YNNPACK: each product on its own from XLA's product thunks
+(``individual_dot``, jaxlib 0.9.2's default) vs as YNNPACK fusions (``dot``, the training CLI's default
+on the CPU, per compile: purejaxrl_opt/host/xla_flags.py ``cpu_compile_options``), reductions as
+fusions in both: env steps/s and compile s of one agent, and whether the two train the same bits.
 
     python experiments/bench_ynn_dots.py --repeats 3
 
-Each measurement is one process of the training CLI with
-``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=reduce`` or ``=dot,reduce`` (the CLI adds its other
-defaults to a user's XLA_FLAGS), interleaved (experiments/cli_choices.py: timings, load gating and the
-byte-for-byte comparison of every update's metrics), one seed (``--seed``), on:
+Each measurement is one process of the training CLI, with
+``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=individual_dot,reduce`` (a user's choice, which the
+CLI keeps: the same bits as jaxlib's default in the runs checked) or
+with an empty ``XLA_FLAGS`` (the CLI's defaults: its programs compiled with YNNPACK's products where XLA
+can), interleaved (experiments/cli_choices.py: timings, load gating and the byte-for-byte comparison of
+every update's metrics), one seed (``--seed``), on:
 
 * the cases of experiments/throughput_one_agent.py: PureJaxRL's CartPole config at 4, 64 and 512 envs
   and its MinAtar config (64x64 MLP) on Breakout-MinAtar;
@@ -31,8 +34,9 @@ from throughput_one_agent import CASES, case_setup
 
 ROOT = Path(__file__).resolve().parents[1]
 FLAG = "--xla_cpu_experimental_ynn_fusion_type="
-CHOICES = {"reduce": {"XLA_FLAGS": FLAG + "reduce"}, "dot,reduce": {"XLA_FLAGS": FLAG + "dot,reduce"}}
-TITLE = "YNNPACK on XLA:CPU: reductions only (jaxlib's default) vs products and reductions (the CLI's)"
+CHOICES = {"individual_dot,reduce": {"XLA_FLAGS": FLAG + "individual_dot,reduce"}, "dot,reduce": {"XLA_FLAGS": ""}}
+TITLE = ("YNNPACK's products on XLA:CPU: from XLA's product thunks (individual_dot, jaxlib's default) vs as "
+         "YNNPACK fusions (dot: the CLI's default, per compile)")
 MORE = {
     "trpo_pendulum": ["algo=trpo", "env=Pendulum-v1", "total_timesteps=102400"],
     "grpo_cartpole": ["algo=grpo", "env=CartPole-v1", "total_timesteps=200000"],

@@ -21,24 +21,20 @@ def cpu_host(monkeypatch):
 def test_cpu_host_gets_one_device_per_core_and_opt_level_1(cpu_host):
     xla_flags.set_default_xla_flags()
     flags = xla_flags.os.environ["XLA_FLAGS"].split()
-    assert flags == ["--xla_backend_optimization_level=1", "--xla_force_host_platform_device_count=4",
-                     "--xla_cpu_experimental_ynn_fusion_type=dot,reduce"]
+    assert flags == ["--xla_backend_optimization_level=1", "--xla_force_host_platform_device_count=4"]
 
 
 def test_user_flags_win(cpu_host):
-    cpu_host.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=3 "
-                    "--xla_cpu_experimental_ynn_fusion_type=reduce")
+    cpu_host.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=3")
     xla_flags.set_default_xla_flags()
     assert xla_flags.os.environ["XLA_FLAGS"] == ("--xla_force_host_platform_device_count=1 "
-                                                 "--xla_backend_optimization_level=3 "
-                                                 "--xla_cpu_experimental_ynn_fusion_type=reduce")
+                                                 "--xla_backend_optimization_level=3")
 
 
 def test_one_core_gets_no_device_count(cpu_host):
     cpu_host.setattr(xla_flags, "usable_cores", lambda: 1)
     xla_flags.set_default_xla_flags()
-    assert xla_flags.os.environ["XLA_FLAGS"].split() == ["--xla_backend_optimization_level=1",
-                                                         "--xla_cpu_experimental_ynn_fusion_type=dot,reduce"]
+    assert xla_flags.os.environ["XLA_FLAGS"] == "--xla_backend_optimization_level=1"
 
 
 def test_accelerator_installs_are_left_alone(cpu_host):
@@ -127,3 +123,32 @@ def test_threefry_choice_is_checked(cpu_host):
     with pytest.raises(ValueError, match=r"PUREJAXRL_OPT_THREEFRY='fast' is invalid; allowed: \['unrolled', "
                                          r"'rolled'\]"):
         xla_flags.set_default_xla_flags()
+
+
+def test_cli_programs_get_ynnpack_products_per_compile_and_fall_back_where_xla_cannot(monkeypatch):
+    """chunks.compile_lowered (every program the runner compiles): on the CPU, products go to YNNPACK
+    (xla_flags.cpu_compile_options); a program XLA:CPU cannot compile that way (a product inside a
+    small loop) is compiled without them; a user's XLA_FLAGS choice wins."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from purejaxrl_opt.host.chunks import compile_lowered
+
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    x, w = jnp.ones((8, 4)), jnp.arange(16.0).reshape(4, 4) / 16
+    product = jax.jit(lambda x, w: jnp.tanh(x @ w)).lower(x, w)
+    compiled = compile_lowered(product)
+    assert "ynn_fusion" in compiled.as_text()
+    np.testing.assert_allclose(compiled(x, w), product.compile()(x, w), rtol=1e-6)
+
+    looped = jax.jit(lambda x, w: jax.lax.scan(lambda c, _: (c @ w, None), x, None, length=3)[0]).lower(x, w)
+    with pytest.raises(jax.errors.JaxRuntimeError, match=xla_flags.YNN_UNSUPPORTED):
+        looped.compile(compiler_options=xla_flags.YNN_PRODUCTS)
+    fallback = compile_lowered(looped)
+    assert "ynn_fusion" not in fallback.as_text()
+    np.testing.assert_array_equal(fallback(x, w), looped.compile()(x, w))
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_experimental_ynn_fusion_type=reduce")
+    assert xla_flags.cpu_compile_options() == {}
+    assert "ynn_fusion" not in compile_lowered(product).as_text()

@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from purejaxrl_opt.host import xla_flags
+
 
 def chunk_sizes(num_updates: int, num_chunks: int) -> list[int]:
     num_chunks = max(1, min(num_chunks, num_updates))
@@ -59,6 +61,19 @@ def chunk_stops(num_updates: int, num_chunks: int, checkpoint_every: int = 0, st
     return stops
 
 
+def compile_lowered(lowered):
+    """``lowered.compile()`` with :func:`purejaxrl_opt.host.xla_flags.cpu_compile_options` (on the CPU:
+    YNNPACK's products), or without them where XLA cannot compile the program with them."""
+    options = xla_flags.cpu_compile_options()
+    if options:
+        try:
+            return lowered.compile(compiler_options=options)
+        except jax.errors.JaxRuntimeError as err:
+            if xla_flags.YNN_UNSUPPORTED not in str(err):
+                raise
+    return lowered.compile()
+
+
 class Compiler:
     """Compiles lowered programs on worker threads while the caller traces and lowers the next one.
 
@@ -72,7 +87,7 @@ class Compiler:
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="xla-compile")
 
     def submit(self, lowered) -> Future:
-        return self._pool.submit(lowered.compile)
+        return self._pool.submit(compile_lowered, lowered)
 
     def __enter__(self) -> "Compiler":
         return self

@@ -7,9 +7,8 @@ import importlib.util
 import os
 
 GPU_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm60_plugin", "libtpu")
-# XLA:CPU hands these to YNNPACK (jaxlib 0.9.2 gives it only reductions by default): see
-# set_default_xla_flags
-YNN_FUSION_TYPES = "dot,reduce"
+# XLA:CPU hands these to YNNPACK as fusions (jaxlib 0.9.2's default, individual_dot, runs each product
+# through YNNPACK from XLA's own product thunks): see set_default_xla_flags(language_model=True)
 LM_YNN_FUSION_TYPES = "dot,eltwise,reduce"
 
 
@@ -47,17 +46,13 @@ def set_default_xla_flags(language_model: bool = False) -> None:
       another program than all lanes in one, so floats can differ (TRPO CartPole, 16 seeds: 8 ended
       elsewhere); set the device count to 1 to reproduce one-device numbers.
 
-    * Matrix products as well as reductions handed to YNNPACK as fusions
-      (``--xla_cpu_experimental_ynn_fusion_type=dot,reduce``; jaxlib's default is ``reduce``). Measured
-      through the training CLI (experiments/bench_ynn_dots.py): the same bits in every update's metrics
-      (PPO CartPole at 4, 64 and 512 envs, PPO MinAtar; TRPO, GRPO, recurrent PPO, Playground and token
-      tasks checked too), and more env steps/s, most at the larger batches.
     * With ``language_model`` (the entry points that run a pretrained causal LM:
-      ``purejaxrl_opt.generate``), elementwise chains go to YNNPACK too
-      (``--xla_cpu_experimental_ynn_fusion_type=dot,eltwise,reduce``): SmolLM2-135M's decode at batch 64
-      spent less CPU time per token than with Eigen's products (experiments/bench_generate_interleaved.py,
-      docs/language-models.md), and its logits differ from Eigen's in the last bits (the parity tests
-      hold with it).
+      ``purejaxrl_opt.generate``), matrix products, elementwise chains and reductions go to YNNPACK
+      (``--xla_cpu_experimental_ynn_fusion_type=dot,eltwise,reduce``) instead of Eigen: SmolLM2-135M's
+      decode at batch 64 spent less CPU time per token (experiments/bench_generate_interleaved.py,
+      docs/language-models.md). Its products round differently from Eigen's, so logits differ in the
+      last bits (the parity tests hold with it). The training CLI's programs get YNNPACK's products
+      per compile instead (:func:`cpu_compile_options`).
 
     * With ``PUREJAXRL_OPT_THREEFRY=unrolled``: JAX's threefry hash (every ``jax.random`` draw) lowered
       unrolled, as JAX lowers it for GPUs (:func:`unroll_threefry`); by default JAX's own CPU lowering.
@@ -76,14 +71,34 @@ def set_default_xla_flags(language_model: bool = False) -> None:
     cores = usable_cores()
     if "xla_force_host_platform_device_count" not in flags and cores > 1:
         extra.append(f"--xla_force_host_platform_device_count={cores}")
-    if "xla_cpu_experimental_ynn_fusion_type" not in flags:
-        types = LM_YNN_FUSION_TYPES if language_model else YNN_FUSION_TYPES
-        extra.append(f"--xla_cpu_experimental_ynn_fusion_type={types}")
+    if language_model and "xla_cpu_experimental_ynn_fusion_type" not in flags:
+        extra.append(f"--xla_cpu_experimental_ynn_fusion_type={LM_YNN_FUSION_TYPES}")
     if extra:
         os.environ["XLA_FLAGS"] = " ".join([flags] + extra).strip()
     choice = os.environ.get(THREEFRY_ENV, "rolled")
     if choice != "rolled":  # JAX's own lowering unless asked (nothing of JAX's is touched then)
         unroll_threefry(choice)
+
+
+# XLA:CPU's products as well as its reductions handed to YNNPACK, per compile (cpu_compile_options)
+YNN_PRODUCTS = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_REDUCE"}
+YNN_UNSUPPORTED = "Fusion kind not implemented"
+
+
+def cpu_compile_options() -> dict:
+    """The compile options the CLI's programs are compiled with (``chunks.compile_lowered``): on the CPU,
+    matrix products as well as reductions handed to YNNPACK as fusions (jaxlib 0.9.2's default,
+    ``individual_dot``, calls YNNPACK's product kernels from XLA's own product thunks), unless ``XLA_FLAGS`` chooses ``xla_cpu_experimental_ynn_fusion_type`` (the language-model
+    entry points do, :func:`set_default_xla_flags`); nothing on a GPU/TPU. Measured through the training
+    CLI (experiments/bench_ynn_dots.py): every update's metrics byte for byte the same, more env steps/s.
+    Per compile rather than in ``XLA_FLAGS`` because XLA:CPU cannot compile some programs with it (a
+    product inside a small loop: ``UNIMPLEMENTED: Fusion kind not implemented``); those are compiled
+    again without it. Imports JAX (its backend must be up)."""
+    if "xla_cpu_experimental_ynn_fusion_type" in os.environ.get("XLA_FLAGS", ""):
+        return {}
+    import jax
+
+    return dict(YNN_PRODUCTS) if jax.default_backend() == "cpu" else {}
 
 
 THREEFRY_ENV = "PUREJAXRL_OPT_THREEFRY"
