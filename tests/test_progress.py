@@ -149,8 +149,8 @@ def test_programs_compiled_alongside_compute_what_jit_computes_and_errors_reach_
     with pytest.raises(ValueError, match="cannot lower this"):
         compile_chunked(init, advance, x, extra=(broken,))
 
-    class FailingCompile:
-        def compile(self):
+    class FailingCompile:  # a Lowered whose compile fails (with or without compile options)
+        def compile(self, compiler_options=None):
             raise RuntimeError("compile failed")
 
     with pytest.raises(RuntimeError, match="compile failed"):
