@@ -30,7 +30,7 @@ def compare(case: str, overrides: list[str], choices: dict[str, dict[str, str]],
         for repeat in range(args.repeats):
             for name in names:
                 load, quiet = wait_for_quiet(args.max_load, args.wait_s)
-                work = Path(tmp) / f"{name}_{repeat}"
+                work = Path(tmp) / f"choice{names.index(name)}_{repeat}"  # (a Hydra path takes no commas)
                 row = run_ours([*overrides, "logger=none", "progress.mode=off"], work, args.seed, env=choices[name])
                 row["metrics"] = (work / "ours" / "metrics.csv").read_bytes()
                 settings = " ".join(f"{k}={v!r}" if " " in v or not v else f"{k}={v}" for k, v in choices[name].items())
