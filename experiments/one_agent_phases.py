@@ -11,9 +11,9 @@ read). The epochs' time is the difference. Every (case, side, program) is its ow
 interleaved, ``--rounds`` times; a process reports the fastest of ``--calls`` calls after a warm-up
 call, and the table gives the median over rounds.
 
-* ours: the training CLI's composed config (its overrides) and XLA:CPU flags, one lane on one device,
-  ``algo.update`` scanned ``--updates`` times from one init (the CLI's compiled chunk runs the same
-  update in a loop);
+* ours: the training CLI's composed config (its overrides), XLA:CPU flags and compile options
+  (``host/chunks.py`` ``compile_lowered``), one lane on one device, ``algo.update`` scanned ``--updates``
+  times from one init (the CLI's compiled chunk runs the same update in a loop);
 * theirs: PureJaxRL's ``make_train`` with ``TOTAL_TIMESTEPS = updates x steps x envs``, compiled and
   called whole (plain JAX, no flags); its call also runs its init (env reset, network init), a small
   part of ``--updates`` updates.
@@ -57,8 +57,10 @@ def child(side: str, case: str, epochs: bool, updates: int, calls: int, checkout
         algo = algos.make_algorithm(run, algos.make_env(run))
         hparams = algo.default_hparams()
         state = jax.block_until_ready(jax.jit(algo.init)(jax.random.PRNGKey(0), hparams))
-        program = jax.jit(lambda s: jax.lax.scan(lambda c, i: algo.update(c, hparams, i), s,
-                                                 jnp.arange(updates, dtype=jnp.int32)))
+        from purejaxrl_opt.host.chunks import compile_lowered
+
+        program = compile_lowered(jax.jit(lambda s: jax.lax.scan(lambda c, i: algo.update(c, hparams, i), s,
+                                                                 jnp.arange(updates, dtype=jnp.int32))).lower(state))
         call = lambda: program(state)  # noqa: E731
         steps_per_update = run.algo.num_envs * run.algo.num_steps
     else:

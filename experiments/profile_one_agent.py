@@ -4,7 +4,7 @@ ours and PureJaxRL's ``ppo.py`` side by side, the samples sorted into what runs 
     python experiments/profile_one_agent.py --checkout experiments/peers/purejaxrl --num-envs 4
 
 Each side runs in its own process: the training function of ``--updates`` updates (ours: PPO's
-``update`` scanned in one jit, the CLI's XLA flags; theirs: ``make_train`` of ``ppo.py``'s CartPole
+``update`` scanned in one jit, the CLI's XLA flags and compile options; theirs: ``make_train`` of ``ppo.py``'s CartPole
 config with ``--num-envs``, as experiments/peer_purejaxrl.py builds it) is compiled and run once, then
 called in a loop while ``perf record -p PID`` samples it for ``--seconds``. ``--rollout-only`` runs
 ours with no minibatch epochs (the rollout, values, GAE and metrics of an update; not a valid training
@@ -85,7 +85,10 @@ def child(args) -> int:
         keys, hparams = lane_inputs(run)
         hp = jax.tree_util.tree_map(lambda x: x[0], hparams)
         state = jax.jit(algo.init)(keys[0], hp)
-        fn = jax.jit(lambda s: jax.lax.scan(lambda c, i: algo.update(c, hp, i), s, jnp.arange(args.updates)))
+        from purejaxrl_opt.host.chunks import compile_lowered  # the CLI's compile options
+
+        fn = compile_lowered(jax.jit(lambda s: jax.lax.scan(lambda c, i: algo.update(c, hp, i), s,
+                                                            jnp.arange(args.updates))).lower(state))
         call = lambda: fn(state)  # noqa: E731
     else:
         import jax
