@@ -24,12 +24,10 @@ Writes ``--out``/results.json and results.md (commit and command: experiments/pr
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-import provenance
-from cli_choices import compare, markdown
+from cli_choices import compare, parse_args, write
 from throughput_one_agent import CASES, case_setup
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,30 +48,9 @@ MORE = {
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", nargs="+", default=[*CASES, *MORE], choices=[*CASES, *MORE])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--minatar-steps", type=int, default=1_048_576)
-    parser.add_argument("--max-load", type=float, default=1.5)
-    parser.add_argument("--wait-s", type=float, default=60.0)
-    parser.add_argument("--out", default=str(ROOT / "experiments/results/bench_ynn_dots"))
-    args = parser.parse_args(argv)
-    if args.repeats < 1:
-        parser.error("--repeats must be >= 1")
-    summary = {case: compare(case, MORE[case] if case in MORE else case_setup(case, args.minatar_steps)[0],
-                             CHOICES, args) for case in args.cases}
-    from purejaxrl_opt.host.suites import describe_machine
-
-    machine = provenance.machine()
-    record = {"machine": machine, "machine_text": describe_machine(machine), "seed": args.seed,
-              "repeats": args.repeats, "max_load": args.max_load, "minatar_steps": args.minatar_steps,
-              "summary": summary}
-    provenance.write_json(Path(args.out) / "results.json", record)
-    text = markdown(record, TITLE, tuple(CHOICES))
-    provenance.write_markdown(Path(args.out) / "results.md", text)
-    print(text)
-    return 0 if all(s["same_bits"] for s in summary.values()) else 1
+    args = parse_args(argv, __doc__, [*CASES, *MORE], str(ROOT / "experiments/results/bench_ynn_dots"))
+    summary = {case: compare(case, MORE[case] if case in MORE else case_setup(case, args.minatar_steps)[0], CHOICES, args) for case in args.cases}
+    return write(args, summary, TITLE, tuple(CHOICES))
 
 
 if __name__ == "__main__":

@@ -13,10 +13,12 @@ lengths) and final evaluation return compared byte for byte between the choices.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import tempfile
 from pathlib import Path
 
+import provenance
 from throughput_one_agent import run_ours, wait_for_quiet
 
 
@@ -77,3 +79,36 @@ def markdown(record: dict, title: str, names: tuple[str, str]) -> str:
                      f"| {'yes' if s['same_bits'] else 'NO'} | {x['quiet_repeats']}/{x['repeats']}, "
                      f"{y['quiet_repeats']}/{y['repeats']} |")
     return "\n".join(lines) + "\n"  # write_markdown adds the commit and command
+
+
+def write(args, summary: dict, title: str, names: tuple[str, str]) -> int:
+    """Write ``args.out``/results.json and results.md of :func:`compare`'s ``summary`` (case -> result),
+    print the table; 0 when every case trained the same bits both ways, else 1."""
+    from purejaxrl_opt.host.suites import describe_machine
+
+    machine = provenance.machine()
+    record = {"machine": machine, "machine_text": describe_machine(machine), "seed": args.seed,
+              "repeats": args.repeats, "max_load": args.max_load, "minatar_steps": args.minatar_steps,
+              "summary": summary}
+    provenance.write_json(Path(args.out) / "results.json", record)
+    text = markdown(record, title, names)
+    provenance.write_markdown(Path(args.out) / "results.md", text)
+    print(text)
+    return 0 if all(s["same_bits"] for s in summary.values()) else 1
+
+
+def parse_args(argv, doc: str, cases: list[str], out: str):
+    """The two benchmarks' command line: ``--cases`` (of ``cases``, default all), ``--repeats``, ``--seed``,
+    ``--minatar-steps``, ``--max-load``, ``--wait-s`` and ``--out`` (default ``out``)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", nargs="+", default=list(cases), choices=list(cases))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--minatar-steps", type=int, default=1_048_576)
+    parser.add_argument("--max-load", type=float, default=1.5)
+    parser.add_argument("--wait-s", type=float, default=60.0)
+    parser.add_argument("--out", default=out)
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be >= 1")
+    return args
