@@ -49,6 +49,7 @@ def child(side: str, case: str, epochs: bool, updates: int, calls: int, checkout
 
         from bench_logging import compose
         from purejaxrl_opt.core import algos
+        from purejaxrl_opt.host.chunks import compile_lowered
         from purejaxrl_opt.host.settings import parse_settings
 
         run = parse_settings(compose(["algo=ppo", "logger=none", "num_seeds=1", *ours])).run
@@ -57,8 +58,6 @@ def child(side: str, case: str, epochs: bool, updates: int, calls: int, checkout
         algo = algos.make_algorithm(run, algos.make_env(run))
         hparams = algo.default_hparams()
         state = jax.block_until_ready(jax.jit(algo.init)(jax.random.PRNGKey(0), hparams))
-        from purejaxrl_opt.host.chunks import compile_lowered
-
         program = compile_lowered(jax.jit(lambda s: jax.lax.scan(lambda c, i: algo.update(c, hparams, i), s,
                                                                  jnp.arange(updates, dtype=jnp.int32))).lower(state))
         call = lambda: program(state)  # noqa: E731
